@@ -1,0 +1,69 @@
+"""seqpack: sequence packing for transformer training.
+
+Everything public is importable from here. Names are resolved lazily (PEP 562), so
+`import seqpack_cli` costs nothing: training code pays only for the modules it uses, and torch
+is imported only when a torch builder is first used.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import Any
+
+__version__ = "0.1.0"
+
+# public name -> module that defines it
+_EXPORTS: dict[str, str] = {
+    # errors
+    "SeqpackError": "errors",
+    "InputError": "errors",
+    "ConfigError": "errors",
+    "PreparedFormatError": "errors",
+    # seeding
+    "seed_from_components": "seeding",
+    "shuffle_bins": "seeding",
+    # per-sequence and histogram packing
+    "BinTemplate": "histogram",
+    "sort_indices_by_length": "packing",
+    "greedy_pack_sequences": "packing",
+    "heap_pack_sequences": "packing",
+    "length_histogram_from_lengths": "packing",
+    "pack_length_histogram": "histogram",
+    "pack_length_histogram_batched": "histogram",
+    # epochs
+    "EpochPlan": "epoch",
+    "materialize_epoch": "epoch",
+    # statistics
+    "PackingStats": "stats",
+    # prepared/ directories
+    "Prepared": "prepared",
+    "load_prepared": "prepared",
+    "prepare_dataset": "prepare",
+    "PrepareConfig": "prepare",
+    # torch builders, collation, datasets, streaming
+    "build_packing_attention_bias": "masking",
+    "build_packing_cu_seqlens": "masking",
+    "build_position_ids": "masking",
+    "build_segment_ids": "masking",
+    "build_flex_block_mask": "masking",
+    "pack_one_bin": "collate",
+    "PackedCollator": "collate",
+    "PackedDataset": "data",
+    "PackedIterableDataset": "data",
+    "pack_stream": "streaming",
+}
+
+__all__ = ["__version__", *sorted(_EXPORTS)]
+
+
+def __getattr__(name: str) -> Any:
+    module_name = _EXPORTS.get(name)
+    if module_name is None:
+        raise AttributeError(f"module 'seqpack_cli' has no attribute {name!r}")
+    value = getattr(importlib.import_module(f"seqpack_cli.{module_name}"), name)
+    globals()[name] = value  # cache: later look-ups skip __getattr__
+    return value
+
+
+def __dir__() -> list[str]:
+    return __all__
