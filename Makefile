@@ -17,7 +17,7 @@ $(STAMP): pyproject.toml
 	touch $(STAMP)
 
 demo: $(STAMP)
-	$(BIN)/python benchmarks/../demo/run_demo.py
+	$(BIN)/python -m seqpack_cli.demo
 
 test: $(STAMP)
 	$(BIN)/python -m pytest -q

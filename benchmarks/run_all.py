@@ -1,0 +1,37 @@
+"""Run every benchmark in its quick form, one after the other (`make bench`).
+
+Each script prints its own tables; pass `--full` to run them at their full sizes instead
+(minutes to tens of minutes, and several GB of scratch data under /tmp).
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+SCRIPTS = [
+    "bench_packing.py",
+    "bench_epoch.py",
+    "bench_prepare.py",
+    "bench_masking.py",
+    "bench_streaming.py",
+]
+
+
+def main() -> int:
+    full = "--full" in sys.argv[1:]
+    here = Path(__file__).parent
+    failed = []
+    for script in SCRIPTS:
+        args = [sys.executable, str(here / script)] + ([] if full else ["--quick"])
+        print(f"\n=== {' '.join(args[1:])}", flush=True)
+        if subprocess.run(args).returncode != 0:
+            failed.append(script)
+    if failed:
+        print(f"\nfailed: {', '.join(failed)}", file=sys.stderr)
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
