@@ -1,0 +1,175 @@
+"""Validation of the length inputs shared by every packer.
+
+The packers accept lengths as a flat sequence (Python list, tuple or numpy array of any integer
+dtype) or as a histogram `{length: count}`. Everything is checked here, once, at the boundary:
+a bad length raises `InputError` naming the value, where it is, the limit and the way out; a bad
+limit raises `ConfigError` naming the option.
+"""
+
+from __future__ import annotations
+
+import numbers
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+import numpy as np
+
+from seqpack_cli.errors import ConfigError, InputError
+
+__all__ = [
+    "check_max_seq_len",
+    "check_max_seqs_per_bin",
+    "check_seed",
+    "check_tolerance",
+    "validate_length_array",
+    "validate_length_counts",
+]
+
+_OVER_CAP_FIX = "filter the sequences (e.g. --filter-over-cap) or raise --max-seq-len"
+
+
+def _is_int(value: Any) -> bool:
+    # bool is an int subclass but never a length; numpy integers are numbers.Integral.
+    return isinstance(value, numbers.Integral) and not isinstance(value, (bool, np.bool_))
+
+
+def check_max_seq_len(max_seq_len: Any) -> int:
+    """Return `max_seq_len` as an int, or raise `ConfigError` unless it is an integer >= 1."""
+    if not _is_int(max_seq_len) or int(max_seq_len) <= 0:
+        raise ConfigError(
+            f"max_seq_len must be a positive integer, got {max_seq_len!r}; "
+            "pass --max-seq-len 1 or more"
+        )
+    return int(max_seq_len)
+
+
+def check_max_seqs_per_bin(max_seqs_per_bin: Any) -> int | None:
+    """Return the per-bin sequence cap (None = no cap), or raise `ConfigError` if it is <= 0."""
+    if max_seqs_per_bin is None:
+        return None
+    if not _is_int(max_seqs_per_bin) or int(max_seqs_per_bin) <= 0:
+        raise ConfigError(
+            f"max_seqs_per_bin must be a positive integer or None, got {max_seqs_per_bin!r}; "
+            "pass --max-seqs-per-bin 1 or more, or leave it unset for no cap"
+        )
+    return int(max_seqs_per_bin)
+
+
+def check_tolerance(tolerance: Any) -> int:
+    """Return the tie-bucket width `tolerance`, or raise `ConfigError` unless it is >= 1."""
+    if not _is_int(tolerance) or int(tolerance) <= 0:
+        raise ConfigError(
+            f"tolerance must be a positive integer, got {tolerance!r}; "
+            "use 1 to shuffle exact ties only"
+        )
+    return int(tolerance)
+
+
+def check_seed(seed: Any) -> int | None:
+    """Return `seed` (None = deterministic), or raise `ConfigError` unless it is an int >= 0."""
+    if seed is None:
+        return None
+    if not _is_int(seed) or int(seed) < 0:
+        raise ConfigError(
+            f"seed must be a non-negative integer or None, got {seed!r}; "
+            "derive one with seed_from_components(epoch, ...)"
+        )
+    return int(seed)
+
+
+def _length_error(value: Any, where: str, max_seq_len: int) -> InputError:
+    if _is_int(value) and int(value) > max_seq_len:
+        return InputError(
+            f"length {int(value)} {where} exceeds max_seq_len {max_seq_len}; {_OVER_CAP_FIX}"
+        )
+    if _is_int(value):
+        return InputError(
+            f"length {int(value)} {where} is not positive; every length must be an integer "
+            "from 1 to max_seq_len: drop empty sequences before packing"
+        )
+    return InputError(
+        f"length {value!r} {where} is not an integer token count; pass whole numbers "
+        "(Python ints or a numpy integer array)"
+    )
+
+
+def validate_length_array(lengths: Any, max_seq_len: int) -> np.ndarray:
+    """Return `lengths` as a 1-D int64 array, each in [1, max_seq_len], or raise `InputError`.
+
+    Accepts lists, tuples and numpy arrays of any integer dtype. Floats are accepted only when
+    every value is a whole number (a float column of token counts); 3.5, NaN, bools and strings
+    are refused. The array is not copied when it already is int64.
+    """
+    max_seq_len = check_max_seq_len(max_seq_len)
+    if isinstance(lengths, (list, tuple)):
+        # np.asarray would silently turn True into 1 and "5" into a string array: look at the
+        # element types first (one C-level pass, no per-item Python loop).
+        kinds = set(map(type, lengths))
+        bad = [
+            kind for kind in kinds if not issubclass(kind, (numbers.Integral, float, np.floating))
+        ]
+        bad += [kind for kind in kinds if issubclass(kind, (bool, np.bool_))]
+        if bad:
+            index = next(i for i, value in enumerate(lengths) if type(value) in bad)
+            raise _length_error(lengths[index], f"at index {index}", max_seq_len)
+    array = np.asarray(lengths)
+    if array.ndim != 1:
+        raise InputError(
+            f"lengths must be a flat sequence of integers, got an array of shape {array.shape}; "
+            "pass one length per sequence"
+        )
+    if array.dtype.kind == "f":
+        whole = np.isfinite(array) & (np.floor(array) == array)
+        if not whole.all():
+            index = int(np.flatnonzero(~whole)[0])
+            raise _length_error(array[index].item(), f"at index {index}", max_seq_len)
+        array = array.astype(np.int64)  # values are checked against max_seq_len below
+    elif array.dtype.kind not in "iu":
+        if array.size == 0:
+            return np.zeros(0, dtype=np.int64)
+        raise _length_error(array.reshape(-1)[0].item(), "at index 0", max_seq_len)
+    if array.size == 0:
+        return np.zeros(0, dtype=np.int64)
+    # Check in the input dtype so huge uint64 values cannot wrap when cast to int64.
+    bad_mask = (array <= 0) | (array > max_seq_len)
+    if bad_mask.any():
+        index = int(np.flatnonzero(bad_mask)[0])
+        raise _length_error(int(array[index]), f"at index {index}", max_seq_len)
+    return array.astype(np.int64, copy=False)
+
+
+def validate_length_counts(
+    length_counts: Mapping[Any, Any] | Iterable[tuple[Any, Any]], max_seq_len: int
+) -> list[tuple[int, int]]:
+    """Return the histogram as `[(length, count), ...]`, lengths descending, counts >= 1.
+
+    Lengths must be integers in [1, max_seq_len] (`InputError` otherwise); counts must be
+    non-negative integers (zero counts are dropped).
+    """
+    max_seq_len = check_max_seq_len(max_seq_len)
+    if isinstance(length_counts, Mapping):
+        lengths, counts = list(length_counts.keys()), list(length_counts.values())
+    else:
+        pairs = list(length_counts)
+        lengths, counts = [pair[0] for pair in pairs], [pair[1] for pair in pairs]
+    # Fast path: plain ints in range (the usual dict from a scan) are checked in C.
+    if (
+        set(map(type, lengths)) <= {int}
+        and set(map(type, counts)) <= {int}
+        and (not lengths or (min(lengths) >= 1 and max(lengths) <= max_seq_len))
+        and (not counts or min(counts) >= 0)
+        and len(set(lengths)) == len(lengths)
+    ):
+        return sorted(((x, c) for x, c in zip(lengths, counts, strict=True) if c), reverse=True)
+    merged: dict[int, int] = {}
+    for length, count in zip(lengths, counts, strict=True):
+        if not _is_int(length) or not 1 <= int(length) <= max_seq_len:
+            raise _length_error(length, "in the length histogram", max_seq_len)
+        if not _is_int(count) or int(count) < 0:
+            raise InputError(
+                f"count {count!r} for length {int(length)} in the length histogram is not a "
+                "non-negative integer; counts are numbers of sequences"
+            )
+        if count:
+            merged[int(length)] = merged.get(int(length), 0) + int(count)
+    return sorted(merged.items(), reverse=True)

@@ -1,0 +1,277 @@
+"""The batch job behind `seqpack prepare`: parquet files -> a `prepared/` directory.
+
+Read the footers (row counts, schema checks), take the length histogram (bad lengths refused
+before any heavy work), pack it into templates, stream (length, id) once into the pools, and
+write everything atomically. Then `load_prepared` opens it at training time.
+
+`python -m seqpack_cli.prepare --input X --length-column ... --max-seq-len N --output DIR` is the
+reference's spelling of `seqpack prepare X --length-column ... --max-seq-len N --output DIR`.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import re
+import sys
+import time
+from collections import Counter
+from collections.abc import Mapping, Sequence
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+from seqpack_cli import __version__
+from seqpack_cli.errors import ConfigError, InputError
+from seqpack_cli.lengths import check_max_seq_len, check_max_seqs_per_bin
+from seqpack_cli.prepared import (
+    COUNTS_NAME,
+    FORMAT_VERSION,
+    TEMPLATES_NAME,
+    Prepared,
+    PreparedWriter,
+    check_output,
+    counts_to_json,
+    load_prepared,
+    templates_to_json,
+)
+from seqpack_cli.progress import ProgressCallback
+
+__all__ = ["PACKERS", "PrepareConfig", "load_prepared", "main", "prepare_dataset"]
+
+logger = logging.getLogger(__name__)
+
+PACKERS = ("batched", "per-item")
+_MEMORY_LIMIT = re.compile(r"^\s*\d+(\.\d+)?\s*(B|KB|MB|GB|TB|KIB|MIB|GIB|TIB)\s*$", re.IGNORECASE)
+
+
+def _column_name(value: Any, option: str, field: str) -> str:
+    if not isinstance(value, str) or not value:
+        raise ConfigError(f"{field} ({option}) is {value!r}; expected a column name")
+    return value
+
+
+@dataclass(frozen=True)
+class PrepareConfig:
+    """Everything `prepare_dataset` needs; fields are the CLI options in snake case.
+
+    Validated on construction (`ConfigError` naming the option and the fix).
+    """
+
+    inputs: Sequence[str | os.PathLike[str]]
+    length_column: str
+    max_seq_len: int
+    output: str | os.PathLike[str]
+    id_column: str | None = None
+    filter_over_cap: bool = False
+    packer: str = "batched"
+    max_seqs_per_bin: int | None = None
+    threads: int | None = None
+    memory_limit: str | None = None
+    temp_dir: str | os.PathLike[str] | None = None
+    overwrite: bool = False
+
+    def __post_init__(self) -> None:
+        inputs = self.inputs
+        if isinstance(inputs, (str, os.PathLike)):
+            inputs = [inputs]
+        inputs = tuple(os.fspath(item) for item in inputs)
+        if not inputs:
+            raise ConfigError("no inputs given; pass parquet files, globs or directories")
+        object.__setattr__(self, "inputs", inputs)
+        _column_name(self.length_column, "--length-column", "length_column")
+        if self.id_column is not None:
+            _column_name(self.id_column, "--id-column", "id_column")
+        object.__setattr__(self, "max_seq_len", check_max_seq_len(self.max_seq_len))
+        object.__setattr__(self, "max_seqs_per_bin", check_max_seqs_per_bin(self.max_seqs_per_bin))
+        packer = self.packer.replace("_", "-") if isinstance(self.packer, str) else self.packer
+        if packer not in PACKERS:
+            raise ConfigError(f"packer (--packer) is {self.packer!r}; expected one of {PACKERS}")
+        object.__setattr__(self, "packer", packer)
+        if self.threads is not None and (
+            isinstance(self.threads, bool) or not isinstance(self.threads, int) or self.threads < 1
+        ):
+            raise ConfigError(
+                f"threads (--threads) is {self.threads!r}; expected an integer >= 1, or leave it "
+                "unset to use every core"
+            )
+        if self.memory_limit is not None and (
+            not isinstance(self.memory_limit, str) or not _MEMORY_LIMIT.match(self.memory_limit)
+        ):
+            raise ConfigError(
+                f"memory_limit (--memory-limit) is {self.memory_limit!r}; expected a size such "
+                "as 4GB, 512MB or 2GiB"
+            )
+        object.__setattr__(self, "output", Path(os.path.abspath(self.output)))
+        if self.temp_dir is not None:
+            object.__setattr__(self, "temp_dir", os.fspath(self.temp_dir))
+        object.__setattr__(self, "filter_over_cap", bool(self.filter_over_cap))
+        object.__setattr__(self, "overwrite", bool(self.overwrite))
+
+
+def _pack(counts: Mapping[int, int], config: PrepareConfig) -> Counter[tuple[int, ...]]:
+    from seqpack_cli.histogram import pack_length_histogram, pack_length_histogram_batched
+
+    packer = pack_length_histogram_batched if config.packer == "batched" else pack_length_histogram
+    return packer(counts, config.max_seq_len, max_seqs_per_bin=config.max_seqs_per_bin)
+
+
+def _split_over_cap(
+    histogram: Mapping[int, int], config: PrepareConfig
+) -> tuple[dict[int, int], int]:
+    kept = {length: count for length, count in histogram.items() if length <= config.max_seq_len}
+    num_over = sum(histogram.values()) - sum(kept.values())
+    if num_over and not config.filter_over_cap:
+        longest = max(histogram)
+        raise InputError(
+            f"{num_over} sequences in length column {config.length_column!r} are longer than "
+            f"--max-seq-len {config.max_seq_len} (the longest has {longest}); pass "
+            f"--filter-over-cap to drop them, or raise --max-seq-len to {longest}"
+        )
+    if not kept:
+        raise InputError(
+            f"all {num_over} sequences are longer than --max-seq-len {config.max_seq_len} (the "
+            f"shortest has {min(histogram)}), so nothing is left to pack; raise --max-seq-len"
+        )
+    return kept, num_over
+
+
+def _manifest(
+    config: PrepareConfig,
+    files: Sequence[Any],
+    kept: Mapping[int, int],
+    templates: Mapping[tuple[int, ...], int],
+    stats: Any,
+    num_over: int,
+    id_range: tuple[int | None, int | None],
+) -> dict[str, Any]:
+    stats_dict = stats.to_dict()
+    summary = {
+        "num_input_rows": sum(file.num_rows for file in files),
+        "num_sequences": stats.num_sequences,
+        "num_tokens": stats.num_tokens,
+        "num_bins": stats.num_bins,
+        "efficiency": stats.efficiency,
+        "lower_bound_bins": stats.lower_bound_bins,
+        "num_distinct_lengths": len(kept),
+        "num_templates": len(templates),
+        "min_length": min(kept),
+        "max_length": max(kept),
+        "num_dropped": num_over,
+        "dropped": {"over_max_seq_len": num_over},
+        "id_min": id_range[0],
+        "id_max": id_range[1],
+    }
+    return {
+        "format_version": FORMAT_VERSION,
+        "seqpack_version": __version__,
+        # The reference's manifest keys, kept for code written against it.
+        "max_seq_len": config.max_seq_len,
+        "n_sequences": stats.num_sequences,
+        "n_bins": stats.num_bins,
+        "efficiency": stats.efficiency,
+        "config": {
+            "length_column": config.length_column,
+            "id_column": config.id_column,
+            "ids": "id_column" if config.id_column else "row_index",
+            "max_seq_len": config.max_seq_len,
+            "packer": config.packer,
+            "max_seqs_per_bin": config.max_seqs_per_bin,
+            "filter_over_cap": config.filter_over_cap,
+        },
+        "inputs": {
+            "num_files": len(files),
+            "num_rows": summary["num_input_rows"],
+            "num_bytes": sum(file.num_bytes for file in files),
+            "files": [
+                {"path": file.path.as_posix(), "bytes": file.num_bytes, "num_rows": file.num_rows}
+                for file in files
+            ],
+        },
+        "summary": summary,
+        "stats": stats_dict,
+    }
+
+
+def prepare_dataset(config: PrepareConfig, *, progress: ProgressCallback | None = None) -> Prepared:
+    """Build the prepared directory `config.output` from parquet inputs and load it.
+
+    Nothing is written unless every check passes: bad inputs raise `InputError`, bad options
+    `ConfigError`, and an interrupted job (exception, Ctrl-C, SIGTERM) leaves no output.
+    Output bytes depend only on the inputs' contents and the packing options, not on `threads`
+    or on the order the inputs were named in.
+    """
+    from seqpack_cli.scan import (
+        connect,
+        inspect_inputs,
+        length_histogram,
+        resolve_inputs,
+        scan_pools,
+    )
+    from seqpack_cli.stats import PackingStats
+
+    started = time.perf_counter()
+    paths = resolve_inputs(config.inputs)
+    output = Path(config.output)
+    check_output(output, overwrite=config.overwrite)
+    files = inspect_inputs(paths, config.length_column, config.id_column)
+    if not sum(file.num_rows for file in files):
+        raise InputError(
+            f"the {len(files)} input file(s) hold no rows (e.g. {files[0].path}); point prepare "
+            "at the dataset's data files"
+        )
+    logger.info("%d input files, %d rows", len(files), sum(file.num_rows for file in files))
+    con = connect(
+        threads=config.threads, memory_limit=config.memory_limit, temp_dir=config.temp_dir
+    )
+    try:
+        histogram = length_histogram(con, files, config.length_column, progress=progress)
+        kept, num_over = _split_over_cap(histogram, config)
+        templates = _pack(kept, config)
+        stats = PackingStats.from_templates(templates, config.max_seq_len)
+        logger.info("%d distinct lengths packed into %d bins", len(kept), stats.num_bins)
+        with PreparedWriter(output, overwrite=config.overwrite) as writer:
+            scanned = scan_pools(
+                con,
+                files,
+                config.length_column,
+                kept,
+                id_column=config.id_column,
+                max_seq_len=config.max_seq_len,
+                work_dir=writer.work_dir,
+                write_pool=writer.write_pool,
+                progress=progress,
+            )
+            writer.write_bytes(COUNTS_NAME, counts_to_json(kept))
+            writer.write_bytes(TEMPLATES_NAME, templates_to_json(templates))
+            id_range = (scanned.id_min, scanned.id_max)
+            writer.commit(_manifest(config, files, kept, templates, stats, num_over, id_range))
+    finally:
+        con.close()
+    logger.info("wrote %s in %.2fs", output, time.perf_counter() - started)
+    return load_prepared(output)
+
+
+def config_dict(config: PrepareConfig) -> dict[str, Any]:
+    """The config as JSON-safe values (for `--json` output and logs)."""
+    values = asdict(config)
+    values["inputs"] = list(config.inputs)
+    values["output"] = os.fspath(config.output)
+    return values
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    """`python -m seqpack_cli.prepare`: the reference's `--input FILE` form of `seqpack prepare`."""
+    import argparse
+
+    from seqpack_cli.cli import app
+
+    parser = argparse.ArgumentParser(add_help=False, allow_abbrev=False)
+    parser.add_argument("--input", action="append", nargs="+", default=[])
+    known, rest = parser.parse_known_args(list(sys.argv[1:] if argv is None else argv))
+    inputs = [path for group in known.input for path in group]
+    app(["prepare", *inputs, *rest], prog_name="python -m seqpack_cli.prepare")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,502 @@
+"""The `prepared/` directory: the on-disk index that `seqpack prepare` writes once.
+
+```
+prepared/
+  manifest.json     format_version, seqpack version, config, inputs, summary, every file's
+                    size and sha256; written last, so its presence means the rest is complete
+  counts.json       {length: number of sequences}, lengths ascending
+  templates.json    [[template_lengths, multiplicity], ...], templates descending
+  pools/{length}.npy  int64 ids of that length, ascending
+```
+
+`PreparedWriter` builds the directory in a hidden temporary sibling and renames it into place
+only after the manifest is written, so an interrupted job never leaves a directory that
+`load_prepared` accepts. `load_prepared` checks the version, that every file is there with its
+recorded size and that each pool holds as many ids as its count; with `verify=True` it also checks
+every sha256. Pools are memory-mapped without holding a file descriptor each, so datasets with
+tens of thousands of distinct lengths load under the common 1024 open-files limit.
+
+This module is part of the training-time runtime: it imports neither duckdb nor rich.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import hashlib
+import json
+import mmap
+import os
+import shutil
+import signal
+import sys
+import threading
+import uuid
+import weakref
+from collections import Counter
+from collections.abc import Iterable, Iterator, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import FrameType, TracebackType
+from typing import Any
+
+import numpy as np
+
+from seqpack_cli import __version__
+from seqpack_cli.errors import ConfigError, PreparedFormatError
+
+__all__ = [
+    "FORMAT_VERSION",
+    "Prepared",
+    "PreparedWriter",
+    "check_output",
+    "counts_to_json",
+    "load_prepared",
+    "pool_file_name",
+    "templates_to_json",
+    "write_prepared",
+]
+
+FORMAT_VERSION = 1
+"""Version of the `prepared/` layout; `load_prepared` refuses any other."""
+
+MANIFEST_NAME = "manifest.json"
+COUNTS_NAME = "counts.json"
+TEMPLATES_NAME = "templates.json"
+POOLS_DIR = "pools"
+_TMP_MARKER = ".seqpack-tmp-"  # hidden sibling: .{name}.seqpack-tmp-{pid}-{random}
+_OLD_MARKER = ".seqpack-old-"  # the replaced directory while --overwrite swaps it out
+_POOL_DTYPE = np.dtype("<i8")
+_HASH_CHUNK = 1 << 22
+
+
+def pool_file_name(length: int) -> str:
+    """The path of a length's pool inside a prepared directory (`pools/{length}.npy`)."""
+    return f"{POOLS_DIR}/{int(length)}.npy"
+
+
+@dataclass(frozen=True, eq=False)
+class Prepared:
+    """A loaded `prepared/` directory.
+
+    Unpacks like the reference's tuple: `manifest, counts, templates, pools = load_prepared(p)`.
+    """
+
+    path: Path
+    manifest: dict[str, Any]
+    counts: dict[int, int]
+    templates: Counter[tuple[int, ...]]
+    pools: dict[int, np.ndarray] = field(repr=False)
+
+    @property
+    def max_seq_len(self) -> int:
+        """The bin capacity the templates were packed for."""
+        return int(self.manifest["config"]["max_seq_len"])
+
+    @property
+    def summary(self) -> dict[str, Any]:
+        """Sequences, tokens, bins, efficiency, lower bound and drops, as recorded by prepare."""
+        return dict(self.manifest.get("summary", {}))
+
+    def __iter__(self) -> Iterator[Any]:
+        return iter((self.manifest, self.counts, self.templates, self.pools))
+
+
+# ---- writing ----------------------------------------------------------------------------------
+
+
+def _json_bytes(value: Any, *, indent: int | None = None) -> bytes:
+    return (json.dumps(value, indent=indent, sort_keys=False) + "\n").encode()
+
+
+def counts_to_json(counts: Mapping[int, int]) -> bytes:
+    """counts.json's bytes: `{"length": count}` with lengths ascending."""
+    return _json_bytes({str(length): int(counts[length]) for length in sorted(counts)})
+
+
+def templates_to_json(templates: Mapping[tuple[int, ...], int]) -> bytes:
+    """templates.json's bytes: `[[template_lengths, multiplicity], ...]`."""
+    # The reference's [[template_lengths, multiplicity], ...]; descending templates give one
+    # canonical order whatever order the packer produced them in.
+    items = sorted(((tuple(int(x) for x in t), int(m)) for t, m in templates.items()), reverse=True)
+    return _json_bytes([[list(template), multiplicity] for template, multiplicity in items])
+
+
+def _npy_header(count: int) -> bytes:
+    import io
+
+    buffer = io.BytesIO()
+    header = {"descr": _POOL_DTYPE.str, "fortran_order": False, "shape": (int(count),)}
+    np.lib.format.write_array_header_1_0(buffer, header)
+    return buffer.getvalue()
+
+
+def _is_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def _stale_siblings(output: Path) -> list[Path]:
+    """Leftovers of killed runs writing `output`: temporary or swapped-out siblings of dead pids."""
+    stale = []
+    prefixes = (f".{output.name}{_TMP_MARKER}", f".{output.name}{_OLD_MARKER}")
+    try:
+        siblings = list(output.parent.iterdir())
+    except OSError:
+        return []
+    for sibling in siblings:
+        for prefix in prefixes:
+            if sibling.name.startswith(prefix):
+                pid_text = sibling.name[len(prefix) :].split("-", 1)[0]
+                if not pid_text.isdigit() or not _is_alive(int(pid_text)):
+                    stale.append(sibling)
+    return stale
+
+
+def check_output(output: Path, *, overwrite: bool) -> None:
+    """Refuse, before any work, an output that exists (without overwrite), is a file, or is not
+    a writable place."""
+    if output.is_symlink() or (output.exists() and not output.is_dir()):
+        raise ConfigError(
+            f"output path {output} exists and is not a directory; --output names the prepared "
+            "directory to create: choose another path or remove that file"
+        )
+    if output.is_dir():
+        if not overwrite:
+            raise ConfigError(
+                f"output directory {output} already exists; pass --overwrite (overwrite=True) to "
+                "replace it, or choose another --output"
+            )
+        if any(output.iterdir()) and not (output / MANIFEST_NAME).is_file():
+            raise ConfigError(
+                f"output directory {output} is not empty and is not a seqpack prepared directory "
+                "(no manifest.json), so --overwrite will not delete it; remove it yourself or "
+                "choose another --output"
+            )
+    parent = output.parent
+    existing = parent
+    while not existing.exists():
+        existing = existing.parent
+    if not existing.is_dir():
+        raise ConfigError(
+            f"cannot create output directory {output}: {existing} is a file, not a directory; "
+            "choose another --output"
+        )
+    if not os.access(existing, os.W_OK | os.X_OK):
+        raise ConfigError(
+            f"cannot create output directory {output}: {existing} is not writable; choose a "
+            "writable --output"
+        )
+
+
+class PreparedWriter:
+    """Writes a prepared directory atomically: a hidden temporary sibling, manifest last, rename.
+
+    Use as a context manager. Leaving the block with an exception (Ctrl-C included; SIGTERM too,
+    which is turned into `SystemExit(143)` while the block runs in the main thread) deletes the
+    temporary directory. `write_pool` may be called from several threads at once.
+    """
+
+    def __init__(self, output: str | os.PathLike[str], *, overwrite: bool = False) -> None:
+        self.output = Path(os.path.abspath(output))
+        self.overwrite = overwrite
+        token = f"{os.getpid()}-{uuid.uuid4().hex[:8]}"
+        self.tmp_path = self.output.parent / f".{self.output.name}{_TMP_MARKER}{token}"
+        self._old_path = self.output.parent / f".{self.output.name}{_OLD_MARKER}{token}"
+        self._files: dict[str, dict[str, Any]] = {}
+        self._lock = threading.Lock()
+        self._previous_sigterm: Any = None
+        self._committed = False
+
+    @property
+    def work_dir(self) -> Path:
+        """Scratch space inside the temporary directory, deleted before the manifest is written."""
+        return self.tmp_path / ".work"
+
+    def __enter__(self) -> PreparedWriter:
+        check_output(self.output, overwrite=self.overwrite)
+        for stale in _stale_siblings(self.output):
+            shutil.rmtree(stale, ignore_errors=True)
+        self._install_sigterm()
+        try:
+            self.output.parent.mkdir(parents=True, exist_ok=True)
+            (self.tmp_path / POOLS_DIR).mkdir(parents=True)
+            self.work_dir.mkdir()
+        except OSError as error:
+            self._cleanup()
+            raise ConfigError(
+                f"cannot create output directory {self.output}: {error.strerror or error}; "
+                "choose a writable --output"
+            ) from None
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        traceback: TracebackType | None,
+    ) -> None:
+        self._cleanup()
+
+    def _cleanup(self) -> None:
+        try:
+            if not self._committed:
+                shutil.rmtree(self.tmp_path, ignore_errors=True)
+        finally:
+            self._restore_sigterm()
+
+    def _install_sigterm(self) -> None:
+        # Only take over SIGTERM where nobody else did: the default action would kill the process
+        # without running the cleanup above.
+        if threading.current_thread() is not threading.main_thread():
+            return
+        if signal.getsignal(signal.SIGTERM) is signal.SIG_DFL:
+
+            def _terminate(signum: int, frame: FrameType | None) -> None:
+                raise SystemExit(128 + signum)
+
+            self._previous_sigterm = signal.signal(signal.SIGTERM, _terminate)
+
+    def _restore_sigterm(self) -> None:
+        if self._previous_sigterm is not None:
+            signal.signal(signal.SIGTERM, self._previous_sigterm)
+            self._previous_sigterm = None
+
+    def _record(self, name: str, num_bytes: int, digest: str) -> None:
+        with self._lock:
+            self._files[name] = {"bytes": num_bytes, "sha256": digest}
+
+    def write_bytes(self, name: str, data: bytes) -> None:
+        """Write one small file (e.g. counts.json) and record its size and sha256."""
+        (self.tmp_path / name).write_bytes(data)
+        self._record(name, len(data), hashlib.sha256(data).hexdigest())
+
+    def write_pool(self, length: int, count: int, chunks: Iterable[np.ndarray]) -> None:
+        """Write `pools/{length}.npy` holding `count` int64 ids given in ascending chunks."""
+        name = pool_file_name(length)
+        header = _npy_header(count)
+        digest = hashlib.sha256(header)
+        written = 0
+        with open(self.tmp_path / name, "wb") as handle:
+            handle.write(header)
+            for chunk in chunks:
+                data = np.ascontiguousarray(chunk, dtype=_POOL_DTYPE)
+                view = memoryview(data).cast("B")
+                digest.update(view)
+                handle.write(view)
+                written += data.size
+        if written != count:
+            raise RuntimeError(f"pool {length}: wrote {written} ids, header says {count}")
+        self._record(name, len(header) + 8 * count, digest.hexdigest())
+
+    def commit(self, manifest: Mapping[str, Any]) -> Path:
+        """Write the manifest (with every file's size and sha256) last, then rename into place."""
+        shutil.rmtree(self.work_dir, ignore_errors=True)
+        document = {**manifest, "files": dict(sorted(self._files.items()))}
+        (self.tmp_path / MANIFEST_NAME).write_bytes(_json_bytes(document, indent=1))
+        if self.output.exists():
+            # Checked in __enter__: a prepared directory (or an empty one) that may be replaced.
+            os.rename(self.output, self._old_path)
+        os.rename(self.tmp_path, self.output)
+        self._committed = True
+        shutil.rmtree(self._old_path, ignore_errors=True)
+        return self.output
+
+
+def write_prepared(
+    output: str | os.PathLike[str],
+    *,
+    counts: Mapping[int, int],
+    templates: Mapping[tuple[int, ...], int],
+    pools: Mapping[int, Any],
+    manifest: Mapping[str, Any],
+    overwrite: bool = False,
+) -> Path:
+    """Write in-memory counts, templates and pools as a prepared directory (atomically).
+
+    `manifest` must hold at least `config.max_seq_len`; `format_version` and `seqpack_version`
+    are filled in. Pools are sorted on the way out, so the bytes are canonical.
+    """
+    with PreparedWriter(output, overwrite=overwrite) as writer:
+        for length in sorted(counts):
+            ids = np.sort(np.asarray(pools[length], dtype=_POOL_DTYPE))
+            writer.write_pool(length, int(counts[length]), [ids])
+        writer.write_bytes(COUNTS_NAME, counts_to_json(counts))
+        writer.write_bytes(TEMPLATES_NAME, templates_to_json(templates))
+        document = {"format_version": FORMAT_VERSION, "seqpack_version": __version__, **manifest}
+        return writer.commit(document)
+
+
+# ---- reading ----------------------------------------------------------------------------------
+
+
+def _fail(path: Path, problem: str) -> PreparedFormatError:
+    return PreparedFormatError(
+        f"{path} is not a usable prepared directory: {problem}; re-run `seqpack prepare ... "
+        f"--output {path} --overwrite` to rebuild it"
+    )
+
+
+def _read_json(path: Path, name: str) -> Any:
+    try:
+        return json.loads((path / name).read_text())
+    except (OSError, ValueError) as error:
+        raise _fail(path, f"{name} cannot be read ({error})") from None
+
+
+def _read_manifest(path: Path) -> dict[str, Any]:
+    if not path.exists():
+        raise PreparedFormatError(
+            f"prepared directory {path} does not exist; create it with `seqpack prepare INPUT... "
+            f"--length-column NAME --max-seq-len N --output {path}`"
+        )
+    if not path.is_dir():
+        raise PreparedFormatError(f"{path} is a file; expected a prepared directory")
+    if not (path / MANIFEST_NAME).is_file():
+        raise _fail(path, "manifest.json is missing (an interrupted prepare leaves none)")
+    manifest = _read_json(path, MANIFEST_NAME)
+    if not isinstance(manifest, dict) or "format_version" not in manifest:
+        raise _fail(path, "manifest.json has no format_version")
+    version = manifest["format_version"]
+    if version != FORMAT_VERSION:
+        raise PreparedFormatError(
+            f"{path} has format_version {version!r}, but seqpack {__version__} reads only "
+            f"format_version {FORMAT_VERSION}; rebuild it with this seqpack (`seqpack prepare "
+            f"... --output {path} --overwrite`) or load it with the seqpack that wrote it "
+            f"({manifest.get('seqpack_version', 'unknown version')})"
+        )
+    files = manifest.get("files")
+    config = manifest.get("config")
+    if not isinstance(files, dict) or not isinstance(config, dict) or "max_seq_len" not in config:
+        raise _fail(path, "manifest.json lacks its files table or config.max_seq_len")
+    return manifest
+
+
+def _check_files(path: Path, files: Mapping[str, Any], *, verify: bool) -> None:
+    for name, entry in files.items():
+        file_path = path / name
+        try:
+            size = file_path.stat().st_size
+        except OSError:
+            raise _fail(path, f"{name} is missing") from None
+        if size != entry.get("bytes"):
+            raise _fail(path, f"{name} has {size} bytes, the manifest says {entry.get('bytes')}")
+        if verify:
+            digest = hashlib.sha256()
+            with open(file_path, "rb") as handle:
+                while block := handle.read(_HASH_CHUNK):
+                    digest.update(block)
+            if digest.hexdigest() != entry.get("sha256"):
+                raise _fail(path, f"{name} does not match its sha256 in the manifest (corrupted)")
+
+
+# Mapping a file without keeping a file descriptor: Python's mmap keeps a dup()ed descriptor per
+# mapping until 3.13 (`trackfd=False`), so one np.memmap per pool would exhaust a 1024 open-files
+# limit; below 3.13 the mapping is made through libc directly.
+_libc: Any = None
+
+
+def _map_readonly(fd: int, size: int) -> Any:
+    """A read-only shared mapping of a whole file, as a buffer that unmaps when collected."""
+    if sys.version_info >= (3, 13):
+        return mmap.mmap(fd, size, access=mmap.ACCESS_READ, trackfd=False)  # type: ignore[call-arg]
+    global _libc
+    if _libc is None:
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.mmap.restype = ctypes.c_void_p
+        libc.mmap.argtypes = [
+            ctypes.c_void_p,
+            ctypes.c_size_t,
+            ctypes.c_int,
+            ctypes.c_int,
+            ctypes.c_int,
+            ctypes.c_long,
+        ]
+        libc.munmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t]
+        _libc = libc
+    address = _libc.mmap(None, size, mmap.PROT_READ, mmap.MAP_SHARED, fd, 0)
+    if address is None or address == ctypes.c_void_p(-1).value:
+        error = ctypes.get_errno()
+        raise OSError(error, os.strerror(error))
+    buffer = (ctypes.c_char * size).from_address(address)
+    weakref.finalize(buffer, _libc.munmap, address, size)
+    return buffer
+
+
+def _open_pool(path: Path, name: str, expected: int, *, mmap_pools: bool) -> np.ndarray:
+    file_path = path / name
+    try:
+        with open(file_path, "rb") as handle:
+            version = np.lib.format.read_magic(handle)
+            if version == (1, 0):
+                shape, fortran, dtype = np.lib.format.read_array_header_1_0(handle)
+            else:
+                shape, fortran, dtype = np.lib.format.read_array_header_2_0(handle)
+            offset = handle.tell()
+            if dtype != _POOL_DTYPE or len(shape) != 1:
+                raise _fail(path, f"{name} holds {dtype} {shape}; expected a 1-d int64 array")
+            if shape[0] != expected:
+                raise _fail(
+                    path,
+                    f"{name} holds {shape[0]} ids but counts.json says {expected} sequences have "
+                    "that length",
+                )
+            if expected == 0:
+                return np.empty(0, dtype=_POOL_DTYPE)
+            if not mmap_pools:
+                array = np.fromfile(handle, dtype=_POOL_DTYPE, count=expected)
+                if array.size != expected:
+                    raise _fail(path, f"{name} is truncated")
+                return array
+            size = os.fstat(handle.fileno()).st_size
+            if size < offset + 8 * expected:
+                raise _fail(path, f"{name} is truncated")
+            buffer = _map_readonly(handle.fileno(), size)
+    except (OSError, ValueError) as error:
+        if isinstance(error, PreparedFormatError):
+            raise
+        raise _fail(path, f"{name} cannot be read as a .npy pool ({error})") from None
+    array = np.frombuffer(buffer, dtype=_POOL_DTYPE, count=expected, offset=offset)
+    array.flags.writeable = False
+    return array
+
+
+def load_prepared(
+    path: str | os.PathLike[str], *, mmap: bool = True, verify: bool = False
+) -> Prepared:
+    """Load a prepared directory written by `seqpack prepare`.
+
+    Returns a `Prepared` that unpacks as `manifest, counts, templates, pools`. Pools are
+    read-only int64 arrays, memory-mapped by default (`mmap=False` reads them into memory).
+    Raises `PreparedFormatError` for a missing or incomplete directory, an unknown
+    `format_version`, a pool whose size disagrees with the counts, and (with `verify=True`) any
+    file whose sha256 differs from the manifest's.
+    """
+    root = Path(path)
+    manifest = _read_manifest(root)
+    files = manifest["files"]
+    for required in (COUNTS_NAME, TEMPLATES_NAME):
+        if required not in files:
+            raise _fail(root, f"the manifest does not list {required}")
+    _check_files(root, files, verify=verify)
+    try:
+        counts = {int(k): int(v) for k, v in _read_json(root, COUNTS_NAME).items()}
+        templates: Counter[tuple[int, ...]] = Counter()
+        for template, multiplicity in _read_json(root, TEMPLATES_NAME):
+            templates[tuple(int(x) for x in template)] += int(multiplicity)
+    except (AttributeError, TypeError, ValueError):
+        raise _fail(root, "counts.json or templates.json is malformed") from None
+    listed_pools = {name for name in files if name.startswith(f"{POOLS_DIR}/")}
+    expected_pools = {pool_file_name(length) for length in counts}
+    if listed_pools != expected_pools:
+        odd = sorted(listed_pools ^ expected_pools)[0]
+        raise _fail(root, f"the pools listed in the manifest and counts.json disagree ({odd})")
+    pools = {
+        length: _open_pool(root, pool_file_name(length), count, mmap_pools=mmap)
+        for length, count in counts.items()
+    }
+    return Prepared(root, manifest, counts, templates, pools)

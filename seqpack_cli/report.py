@@ -1,0 +1,286 @@
+"""Terminal rendering of `seqpack stats`: rich tables and text bar charts.
+
+Pure presentation: every figure comes from `seqpack_cli.sweep` (a `PackingProfile` for a prepared
+directory, a `SweepResult` for a `max_seq_len` sweep); nothing is computed here except shares and
+bar widths. The helpers `format_template`, `format_percent` and `efficiency_style` are shared with
+the HTML report so both read the same.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from rich.console import Console, Group, RenderableType
+from rich.table import Table
+from rich.text import Text
+
+from seqpack_cli.sweep import (
+    NO_PACKING_DESCRIPTION,
+    SEQUENTIAL_DESCRIPTION,
+    BaselineStats,
+    Bucket,
+    PackingProfile,
+    SweepResult,
+)
+
+__all__ = [
+    "efficiency_style",
+    "format_percent",
+    "format_template",
+    "render_profile",
+    "render_sweep",
+    "text_bar",
+]
+
+_BAR_WIDTH = 32
+_EIGHTHS = " ▏▎▍▌▋▊▉█"  # partial blocks: a bar's length resolves to 1/8 of a character
+
+
+def format_percent(fraction: float, digits: int = 1) -> str:
+    """`0.98765` -> `98.8%`."""
+    return f"{fraction * 100:.{digits}f}%"
+
+
+def format_template(template: Sequence[int], max_parts: int = 8) -> str:
+    """A template as runs of equal lengths: (512, 512, 256, 7) -> `512×2 + 256 + 7`."""
+    runs: list[tuple[int, int]] = []
+    for length in template:
+        if runs and runs[-1][0] == length:
+            runs[-1] = (length, runs[-1][1] + 1)
+        else:
+            runs.append((length, 1))
+    parts = [f"{length}×{count}" if count > 1 else str(length) for length, count in runs]
+    if len(parts) > max_parts:
+        rest = sum(count for _, count in runs[max_parts:])
+        parts = [*parts[:max_parts], f"… ({rest} more)"]
+    return " + ".join(parts)
+
+
+def efficiency_style(fraction: float) -> str:
+    """Colour by how good an efficiency is: green from 95%, yellow from 85%, red below."""
+    if fraction >= 0.95:
+        return "green"
+    if fraction >= 0.85:
+        return "yellow"
+    return "red"
+
+
+def text_bar(fraction: float, width: int = _BAR_WIDTH) -> str:
+    """A horizontal bar `width` characters at fraction 1, in eighth-character steps."""
+    eighths = round(max(0.0, min(1.0, fraction)) * width * 8)
+    full, part = divmod(eighths, 8)
+    return ("█" * full + (_EIGHTHS[part] if part else "")).ljust(width)
+
+
+def _chart(title: str, buckets: Sequence[Bucket], unit: str, *, label_header: str) -> Table:
+    """A bar per bucket, scaled to the largest, with the count and its share of the total."""
+    total = sum(bucket.count for bucket in buckets)
+    largest = max((bucket.count for bucket in buckets), default=0)
+    table = Table(title=title, title_justify="left", box=None, pad_edge=False)
+    table.add_column(label_header, justify="right", style="bold")
+    table.add_column("", no_wrap=True, style="cyan")
+    table.add_column(unit, justify="right")
+    table.add_column("share", justify="right")
+    for bucket in buckets:
+        share = bucket.count / total if total else 0.0
+        table.add_row(
+            bucket.label,
+            text_bar(bucket.count / largest if largest else 0.0),
+            f"{bucket.count:,}",
+            format_percent(share),
+        )
+    return table
+
+
+def _efficiency(fraction: float) -> Text:
+    return Text(format_percent(fraction, 2), style=efficiency_style(fraction))
+
+
+def _comparison_table(
+    packed_bins: int, packed_eff: float, baselines: Sequence[BaselineStats]
+) -> Table:
+    table = Table(title="Against packing without seqpack", title_justify="left", box=None)
+    table.add_column("method", style="bold")
+    table.add_column("bins", justify="right")
+    table.add_column("efficiency", justify="right")
+    table.add_column("seqs/bin", justify="right")
+    table.add_column("seqpack saves", justify="right")
+    table.add_row("seqpack", f"{packed_bins:,}", _efficiency(packed_eff), "", "")
+    for baseline in baselines:
+        saved = 1.0 - packed_bins / baseline.num_bins if baseline.num_bins else 0.0
+        name = _baseline_name(baseline)
+        table.add_row(
+            name,
+            f"{baseline.num_bins:,}",
+            _efficiency(baseline.efficiency),
+            f"{baseline.avg_seqs_per_bin:.2f}",
+            f"{format_percent(saved)} of rows",
+        )
+    return table
+
+
+def _baseline_name(baseline: BaselineStats) -> str:
+    if baseline.method == "no_packing":
+        return "no packing"
+    return "sequential (est.)" if baseline.estimated else "sequential"
+
+
+def _footnotes(sample_size: int) -> Text:
+    return Text.assemble(
+        ("Baselines on the same sequences: ", "dim"),
+        (NO_PACKING_DESCRIPTION + "; ", "dim"),
+        (SEQUENTIAL_DESCRIPTION.format(sample_size=sample_size) + ".", "dim"),
+    )
+
+
+def render_profile(
+    console: Console,
+    profile: PackingProfile,
+    *,
+    title: str,
+    details: Sequence[tuple[str, str]] = (),
+    sample_size: int,
+) -> None:
+    """Print a prepared directory's report: summary, comparison, three charts, top templates."""
+    stats = profile.stats
+    summary = Table(title=title, title_justify="left", box=None, show_header=False)
+    summary.add_column(style="bold")
+    summary.add_column()
+    above_bound = stats.num_bins / stats.lower_bound_bins - 1.0 if stats.lower_bound_bins else 0.0
+    rows: list[tuple[str, str | Text]] = [
+        ("max_seq_len", f"{profile.max_seq_len:,}"),
+        ("sequences", f"{stats.num_sequences:,} (avg {stats.avg_seqs_per_bin:.2f} per bin)"),
+        ("tokens", f"{stats.num_tokens:,} / {stats.capacity:,} capacity"),
+        (
+            "bins",
+            f"{stats.num_bins:,} (lower bound {stats.lower_bound_bins:,}, "
+            f"+{format_percent(above_bound, 2)})",
+        ),
+        ("efficiency", _efficiency(stats.efficiency)),
+        ("padding", f"{stats.padding:,} tokens ({format_percent(stats.padding_ratio, 2)})"),
+        (
+            "fullness",
+            f"p50 {format_percent(stats.bin_fullness_p50)}  "
+            f"p90 {format_percent(stats.bin_fullness_p90)}  "
+            f"p99 {format_percent(stats.bin_fullness_p99)}",
+        ),
+        ("max seqs in a bin", f"{stats.max_seqs_in_bin:,}"),
+        ("templates", f"{profile.num_templates:,} distinct"),
+        *details,
+    ]
+    for name, value in rows:
+        summary.add_row(name, value)
+
+    templates = Table(
+        title=f"Most common templates (top {len(profile.top_templates)} of "
+        f"{profile.num_templates:,})",
+        title_justify="left",
+        box=None,
+    )
+    templates.add_column("bins", justify="right")
+    templates.add_column("share", justify="right")
+    templates.add_column("fill", justify="right")
+    templates.add_column("template (lengths)", overflow="fold")
+    for template, count in profile.top_templates:
+        templates.add_row(
+            f"{count:,}",
+            format_percent(count / stats.num_bins if stats.num_bins else 0.0),
+            format_percent(sum(template) / profile.max_seq_len),
+            format_template(template),
+        )
+
+    parts: list[RenderableType] = [
+        summary,
+        Text(),
+        _comparison_table(
+            stats.num_bins, stats.efficiency, [profile.sequential, profile.no_packing]
+        ),
+        Text(),
+        _chart("Sequence lengths", profile.length_buckets, "sequences", label_header="length"),
+        Text(),
+        _chart("Bin fullness", profile.fullness_buckets, "bins", label_header="filled"),
+        Text(),
+        _chart("Sequences per bin", profile.seqs_per_bin_buckets, "bins", label_header="seqs"),
+        Text(),
+        templates,
+        Text(),
+        _footnotes(sample_size),
+    ]
+    console.print(Group(*parts))
+
+
+def render_sweep(console: Console, result: SweepResult, *, title: str) -> None:
+    """Print a sweep: one row per max_seq_len, an efficiency chart, and the length histogram."""
+    lengths = result.lengths
+    header = Text.assemble(
+        (title, "bold"),
+        "\n",
+        f"{lengths.num_sequences:,} sequences, {lengths.num_tokens:,} tokens; length min "
+        f"{lengths.min_length:,}, p50 {lengths.p50_length:,}, p90 {lengths.p90_length:,}, "
+        f"p99 {lengths.p99_length:,}, max {lengths.max_length:,}, mean {lengths.mean_length:,.1f}",
+    )
+
+    table = Table(title="Per max_seq_len", title_justify="left", box=None)
+    table.add_column("max_seq_len", justify="right", style="bold")
+    table.add_column("over cap\n(dropped)", justify="right")
+    table.add_column("seqpack\nbins", justify="right")
+    table.add_column("seqpack\nefficiency", justify="right")
+    table.add_column("seqs/bin", justify="right")
+    table.add_column("fullness\np50", justify="right")
+    table.add_column("sequential\nbins", justify="right")
+    table.add_column("sequential\nefficiency", justify="right")
+    table.add_column("no packing\nefficiency", justify="right")
+    table.add_column("rows saved\nvs sequential", justify="right")
+    for row in result.rows:
+        over_share = row.num_over_cap / lengths.num_sequences
+        over = f"{row.num_over_cap:,} ({format_percent(over_share, 2)})"
+        table.add_row(
+            f"{row.max_seq_len:,}",
+            Text(over, style="red" if row.num_over_cap else ""),
+            f"{row.packed.num_bins:,}",
+            _efficiency(row.packed.efficiency),
+            f"{row.packed.avg_seqs_per_bin:.2f}",
+            format_percent(row.packed.bin_fullness_p50),
+            f"{row.sequential.num_bins:,}" + ("*" if row.sequential.estimated else ""),
+            _efficiency(row.sequential.efficiency),
+            _efficiency(row.no_packing.efficiency),
+            format_percent(row.bins_saved_vs_sequential),
+        )
+
+    chart = Table(title="Efficiency (tokens / capacity)", title_justify="left", box=None)
+    chart.add_column("max_seq_len", justify="right", style="bold")
+    chart.add_column("method")
+    chart.add_column("", no_wrap=True)
+    chart.add_column("", justify="right")
+    for row in result.rows:
+        for index, (name, fraction) in enumerate(
+            (
+                ("seqpack", row.packed.efficiency),
+                ("sequential", row.sequential.efficiency),
+                ("no packing", row.no_packing.efficiency),
+            )
+        ):
+            chart.add_row(
+                f"{row.max_seq_len:,}" if index == 0 else "",
+                name,
+                Text(text_bar(fraction), style=efficiency_style(fraction)),
+                format_percent(fraction, 2),
+                end_section=index == 2,
+            )
+
+    notes = [_footnotes(result.sample_size)]
+    if any(row.sequential.estimated for row in result.rows):
+        notes.insert(0, Text("* estimated on a sample (see below)", style="dim"))
+    console.print(
+        Group(
+            header,
+            Text(),
+            table,
+            Text(),
+            chart,
+            Text(),
+            _chart("Sequence lengths", result.length_buckets, "sequences", label_header="length"),
+            Text(),
+            *notes,
+        )
+    )

@@ -1,0 +1,743 @@
+"""Parquet inputs -> length histogram and per-length id pools, through DuckDB.
+
+Two passes, as DESIGN.md decision 6 says:
+
+1. `length_histogram`: one cheap GROUP BY over the length column. Bad lengths (NULL, <= 0) are
+   refused here, before any heavy work.
+2. `scan_pools`: one streaming pass over (length, id). Every id is scattered straight to its final
+   place in one flat int64 work file laid out as the pools back to back (offsets from the known
+   counts), batch by batch; then the file is split into `pools/{length}.npy`, each pool sorted on
+   the way. Memory holds a batch, never the rows, and only one file is open at a time whatever
+   the number of distinct lengths.
+
+SQL lives in `sql/*.sql` (values passed as named parameters); `load_sql` finds it both in an
+installed wheel and in a source checkout.
+"""
+
+from __future__ import annotations
+
+import glob
+import importlib.resources
+import logging
+import os
+import queue
+import threading
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from dataclasses import dataclass
+from functools import cache
+from pathlib import Path
+from typing import Any
+
+import duckdb
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from seqpack_cli.errors import ConfigError, InputError
+from seqpack_cli.progress import ProgressCallback
+
+__all__ = [
+    "InputFile",
+    "PoolScan",
+    "connect",
+    "inspect_inputs",
+    "length_histogram",
+    "load_sql",
+    "resolve_inputs",
+    "scan_length_histogram",
+    "scan_pools",
+]
+
+logger = logging.getLogger(__name__)
+
+PoolSink = Callable[[int, int, Iterable[np.ndarray]], None]
+"""`sink(length, count, ascending_id_chunks)` writes one pool (PreparedWriter.write_pool)."""
+
+_BATCH_ROWS = 1 << 19  # rows per Arrow batch streamed from DuckDB
+_REMAP_ROWS = 1 << 23  # re-map the work file this often, so written pages leave our RSS
+_MAX_SORT_IDS = 1 << 24  # larger pools are sorted in runs of this size and merged (128 MiB)
+_QUEUED_BATCHES = 2
+
+
+# ---- SQL --------------------------------------------------------------------------------------
+
+
+@cache
+def load_sql(name: str) -> str:
+    """The text of `sql/{name}.sql`: packaged inside the wheel, or the checkout's `sql/`."""
+    packaged = importlib.resources.files("seqpack_cli").joinpath("sql", f"{name}.sql")
+    if packaged.is_file():
+        return packaged.read_text(encoding="utf-8")
+    # An editable install maps only the package directory; the SQL then sits next to it.
+    checkout = Path(__file__).resolve().parent.parent / "sql" / f"{name}.sql"
+    return checkout.read_text(encoding="utf-8")
+
+
+def _first_line(error: BaseException) -> str:
+    return str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
+
+
+def _read_error(error: duckdb.Error) -> InputError:
+    return InputError(
+        f"DuckDB could not read the inputs: {_first_line(error)}; check that the file it names "
+        "is an intact parquet file, or leave it out"
+    )
+
+
+# ---- inputs -----------------------------------------------------------------------------------
+
+
+def _parquet_under(directory: Path) -> list[Path]:
+    # Hive-partitioned trees nest files in key=value/ folders; hidden and `_`-prefixed entries
+    # (_SUCCESS, .crc, temporary folders) are not data.
+    return [
+        path
+        for path in directory.rglob("*.parquet")
+        if path.is_file()
+        and not any(part.startswith((".", "_")) for part in path.relative_to(directory).parts)
+    ]
+
+
+def resolve_inputs(inputs: Sequence[str | os.PathLike[str]] | str) -> list[Path]:
+    """Expand files, globs (`**` too) and directories into parquet files, sorted by path.
+
+    Directories are searched recursively for `*.parquet`. Duplicates are dropped; the sorted
+    order defines the row-index ids, so it does not depend on the order inputs were named in.
+    """
+    if isinstance(inputs, (str, os.PathLike)):
+        inputs = [inputs]
+    found: dict[str, Path] = {}
+    for item in inputs:
+        text = os.fspath(item)
+        if os.path.isdir(text):
+            files = _parquet_under(Path(text))
+            if not files:
+                raise InputError(
+                    f"input directory {text} holds no *.parquet files; pass the directory that "
+                    "holds the dataset's parquet files"
+                )
+        elif os.path.exists(text):
+            files = [Path(text)]
+        elif any(char in text for char in "*?["):
+            files = []
+            for match in sorted(glob.glob(text, recursive=True)):
+                path = Path(match)
+                files.extend(_parquet_under(path) if path.is_dir() else [path])
+            if not files:
+                raise InputError(
+                    f"input pattern {text!r} matches no files; check it (quote it so the shell "
+                    "does not expand it; ** matches subdirectories)"
+                )
+        else:
+            raise InputError(f"input {text} does not exist; check the path")
+        for path in files:
+            absolute = Path(os.path.abspath(path))
+            found[absolute.as_posix()] = absolute
+    return [found[key] for key in sorted(found)]
+
+
+@dataclass(frozen=True)
+class InputFile:
+    """One parquet input, as its footer describes it."""
+
+    path: Path
+    num_bytes: int
+    num_rows: int
+
+
+def _check_column(path: Path, types: Mapping[str, pa.DataType], column: str, role: str) -> None:
+    option = "--length-column" if role == "length" else "--id-column"
+    if column not in types:
+        raise InputError(
+            f"{role} column {column!r} ({option}) is not in {path}; its columns are: "
+            f"{', '.join(types)}; pass one of them as {option}"
+        )
+    column_type = types[column]
+    if not pa.types.is_integer(column_type):
+        expected = "integer token counts" if role == "length" else "unique integer ids"
+        raise InputError(
+            f"{role} column {column!r} ({option}) in {path} holds {column_type} values; expected "
+            f"{expected}; cast the column to an integer type when writing the parquet, or name "
+            f"the right column with {option}"
+        )
+
+
+def _schema_difference(
+    types: Mapping[str, pa.DataType], reference: Mapping[str, pa.DataType], reference_path: Path
+) -> str:
+    for name, column_type in reference.items():
+        if name not in types:
+            return f"it has no column {name!r}, which {reference_path.name} has"
+        if types[name] != column_type:
+            return f"column {name!r} is {types[name]} there but {column_type} in {reference_path}"
+    extra = next(name for name in types if name not in reference)
+    return f"it has a column {extra!r} that {reference_path} lacks"
+
+
+def inspect_inputs(
+    paths: Sequence[Path], length_column: str, id_column: str | None = None
+) -> list[InputFile]:
+    """Read every footer: row counts and sizes, and the checks that need no data.
+
+    Raises `InputError` for a file that is not parquet (or is truncated), a missing or
+    non-integer length/id column, and files whose schemas (names and types) disagree.
+    """
+    files: list[InputFile] = []
+    reference: tuple[Path, dict[str, pa.DataType]] | None = None
+    for path in paths:
+        try:
+            metadata = pq.read_metadata(path)
+            types = {field.name: field.type for field in metadata.schema.to_arrow_schema()}
+        except (pa.ArrowException, OSError) as error:
+            raise InputError(
+                f"input file {path} is not a readable parquet file ({_first_line(error)}); "
+                "leave it out of the inputs or rewrite it as parquet"
+            ) from None
+        if reference is None:
+            _check_column(path, types, length_column, "length")
+            if id_column is not None:
+                _check_column(path, types, id_column, "id")
+            reference = (path, types)
+        elif types != reference[1]:
+            difference = _schema_difference(types, reference[1], reference[0])
+            raise InputError(
+                f"input file {path} has a different schema from the other inputs: {difference}; "
+                "all inputs need the same columns and types (in any order): rewrite it or leave "
+                "it out"
+            )
+        files.append(InputFile(path, path.stat().st_size, metadata.num_rows))
+    return files
+
+
+# ---- DuckDB -----------------------------------------------------------------------------------
+
+
+def connect(
+    *,
+    threads: int | None = None,
+    memory_limit: str | None = None,
+    temp_dir: str | os.PathLike[str] | None = None,
+) -> duckdb.DuckDBPyConnection:
+    """An in-memory DuckDB connection with prepare's settings (threads, memory, spill folder)."""
+    config: dict[str, Any] = {}
+    if threads is not None:
+        config["threads"] = threads
+    if memory_limit is not None:
+        config["memory_limit"] = memory_limit
+    if temp_dir is not None:
+        config["temp_directory"] = os.fspath(temp_dir)
+    try:
+        con = duckdb.connect(config=config)
+        # query_progress() needs the progress bar on; DuckDB must not draw its own.
+        con.execute("SET enable_progress_bar = true")
+        con.execute("SET enable_progress_bar_print = false")
+    except duckdb.Error as error:
+        raise ConfigError(
+            f"DuckDB rejected the settings threads={threads}, memory_limit={memory_limit!r}, "
+            f"temp_dir={temp_dir!r}: {_first_line(error)}; fix the option it names"
+        ) from None
+    return con
+
+
+def _fetch_with_progress(
+    con: duckdb.DuckDBPyConnection,
+    sql: str,
+    params: Mapping[str, Any],
+    *,
+    phase: str,
+    total_rows: int,
+    progress: ProgressCallback | None,
+) -> list[tuple[Any, ...]]:
+    """Run a query to completion, reporting DuckDB's own progress estimate as rows done."""
+    if progress is None:
+        return con.sql(sql, params=dict(params)).fetchall()
+    outcome: list[Any] = []
+
+    def work() -> None:
+        try:
+            outcome.append(con.sql(sql, params=dict(params)).fetchall())
+        except BaseException as error:  # handed to the calling thread
+            outcome.append(error)
+
+    progress(phase, 0, total_rows)
+    worker = threading.Thread(target=work, name="seqpack-query", daemon=True)
+    worker.start()
+    try:
+        while worker.is_alive():
+            worker.join(0.1)
+            percent = con.query_progress()
+            if percent > 0:
+                progress(phase, int(total_rows * min(percent, 100.0) / 100.0), total_rows)
+    except BaseException:
+        con.interrupt()
+        worker.join()
+        raise
+    if isinstance(outcome[0], BaseException):
+        raise outcome[0]
+    progress(phase, total_rows, total_rows)
+    return outcome[0]
+
+
+def _location(files: Sequence[InputFile], file_index: int, row: int) -> str:
+    return f"{files[file_index].path} at row {row} (0-based)"
+
+
+def length_histogram(
+    con: duckdb.DuckDBPyConnection,
+    files: Sequence[InputFile],
+    length_column: str,
+    *,
+    progress: ProgressCallback | None = None,
+) -> dict[int, int]:
+    """`{length: count}` over all rows, ascending; `InputError` for NULL or non-positive lengths."""
+    params = {"paths": [file.path.as_posix() for file in files], "length_column": length_column}
+    total_rows = sum(file.num_rows for file in files)
+    try:
+        rows = _fetch_with_progress(
+            con,
+            load_sql("length_histogram"),
+            params,
+            phase="histogram",
+            total_rows=total_rows,
+            progress=progress,
+        )
+        bad = sum(count for length, count in rows if length is None or length <= 0)
+        if bad:
+            file_index, row, value = con.sql(load_sql("first_bad_length"), params=params).fetchone()  # type: ignore[misc]
+    except duckdb.Error as error:
+        raise _read_error(error) from None
+    if bad:
+        shown = "NULL" if value is None else str(value)
+        raise InputError(
+            f"length column {length_column!r} has {bad} NULL, zero or negative lengths, the first "
+            f"({shown}) in {_location(files, file_index, row)}; every sequence needs a length "
+            "> 0: fix or drop those rows before prepare"
+        )
+    return {int(length): int(count) for length, count in sorted(rows)}
+
+
+def scan_length_histogram(
+    paths: Sequence[Path],
+    length_column: str,
+    *,
+    threads: int | None = None,
+    memory_limit: str | None = None,
+    temp_dir: str | os.PathLike[str] | None = None,
+    progress: ProgressCallback | None = None,
+) -> dict[int, int]:
+    """The length histogram `{length: count}` of parquet files (see `resolve_inputs`).
+
+    Validates the column (exists in every file, integer type, no NULL / <= 0 values): an
+    `InputError` names the file, the column, the count and the first bad row.
+    """
+    files = inspect_inputs(paths, length_column)
+    con = connect(threads=threads, memory_limit=memory_limit, temp_dir=temp_dir)
+    try:
+        return length_histogram(con, files, length_column, progress=progress)
+    finally:
+        con.close()
+
+
+# ---- the pools pass ---------------------------------------------------------------------------
+
+
+class _NullIds(Exception):
+    """Raised by the batch producer when the id column holds NULLs (worded by the caller)."""
+
+
+_DONE = object()
+
+
+def _stream_batches(
+    con: duckdb.DuckDBPyConnection, sql: str, params: Mapping[str, Any]
+) -> Iterator[list[np.ndarray]]:
+    """Arrow batches of a query as numpy columns, fetched by a thread one step ahead.
+
+    DuckDB decodes the next batch (without the GIL) while the caller scatters this one.
+    """
+    batches: queue.Queue[Any] = queue.Queue(maxsize=_QUEUED_BATCHES)
+    stop = threading.Event()
+
+    def put(item: Any) -> bool:
+        while not stop.is_set():
+            try:
+                batches.put(item, timeout=0.1)
+                return True
+            except queue.Full:
+                continue
+        return False
+
+    def produce() -> None:
+        try:
+            reader = con.sql(sql, params=dict(params)).to_arrow_reader(_BATCH_ROWS)
+            for batch in reader:
+                if any(column.null_count for column in batch.columns):
+                    raise _NullIds
+                columns = [column.to_numpy(zero_copy_only=False) for column in batch.columns]
+                if not put(columns):
+                    return
+            put(_DONE)
+        except BaseException as error:  # handed to the consuming thread
+            put(error)
+
+    producer = threading.Thread(target=produce, name="seqpack-scan", daemon=True)
+    producer.start()
+    try:
+        while (item := batches.get()) is not _DONE:
+            if isinstance(item, BaseException):
+                raise item
+            yield item
+    finally:
+        if producer.is_alive():
+            stop.set()
+            con.interrupt()
+            producer.join()
+
+
+@dataclass(frozen=True)
+class PoolScan:
+    """What the pools pass saw besides the pools."""
+
+    num_ids: int
+    id_min: int | None
+    id_max: int | None
+
+
+class _Layout:
+    """Where each length's pool sits in the flat work file (pools back to back, ascending)."""
+
+    def __init__(self, counts: Mapping[int, int]) -> None:
+        self.lengths = np.array(sorted(counts), dtype=np.int64)
+        self.sizes = np.array([counts[int(x)] for x in self.lengths], dtype=np.int64)
+        self.starts = np.zeros(len(self.lengths) + 1, dtype=np.int64)
+        np.cumsum(self.sizes, out=self.starts[1:])
+        self.num_ids = int(self.starts[-1])
+        # Dense index of each length; one past the last for lengths the histogram did not see.
+        num = len(self.lengths)
+        index_dtype = np.uint16 if num < np.iinfo(np.uint16).max else np.uint32
+        self.index = np.full(int(self.lengths[-1]) + 2, num, dtype=index_dtype)
+        self.index[self.lengths] = np.arange(num)
+
+
+def _changed_error() -> InputError:
+    return InputError(
+        "the inputs changed while prepare was reading them (the second pass saw rows the first "
+        "did not); re-run prepare once nothing is writing to the input files"
+    )
+
+
+def _scatter(
+    batches: Iterator[list[np.ndarray]],
+    layout: _Layout,
+    flat_path: Path,
+    to_ids: Callable[[list[np.ndarray]], np.ndarray],
+    *,
+    track_range: bool,
+    progress: ProgressCallback | None,
+) -> tuple[int | None, int | None]:
+    """Write every id of every batch to its pool's next free slot in the flat work file."""
+    num = len(layout.lengths)
+    cursor = layout.starts[:-1].copy()
+    ends = layout.starts[1:]
+    offsets = np.arange(_BATCH_ROWS, dtype=np.int64)
+    id_min: int | None = None
+    id_max: int | None = None
+    flat: np.memmap | None = None
+    since_remap = 0
+    done = 0
+    for columns in batches:
+        lengths = columns[0]
+        ids = to_ids(columns)
+        size = len(lengths)
+        if size == 0:
+            continue
+        if size > len(offsets):
+            offsets = np.arange(size, dtype=np.int64)
+        index = layout.index[np.minimum(lengths, len(layout.index) - 1)]
+        batch_counts = np.bincount(index, minlength=num + 1)
+        if batch_counts[num] or np.any(cursor + batch_counts[:num] > ends):
+            raise _changed_error()
+        batch_counts = batch_counts[:num]
+        # Stable counting order (radix for uint16 indexes): each pool's ids stay in stream order.
+        order = np.argsort(index, kind="stable")
+        batch_starts = np.cumsum(batch_counts) - batch_counts
+        positions = np.repeat(cursor - batch_starts, batch_counts)
+        positions += offsets[:size]
+        if flat is None or since_remap >= _REMAP_ROWS:
+            # Dropping the mapping drops its written pages from this process's RSS (they stay in
+            # the page cache), so resident memory does not grow with the number of rows.
+            flat = None
+            flat = np.memmap(flat_path, dtype=np.int64, mode="r+", shape=(layout.num_ids,))
+            since_remap = 0
+        flat[positions] = ids[order]
+        cursor += batch_counts
+        if track_range:
+            low, high = int(ids.min()), int(ids.max())
+            id_min = low if id_min is None else min(id_min, low)
+            id_max = high if id_max is None else max(id_max, high)
+        since_remap += size
+        done += size
+        if progress is not None:
+            progress("pools", done, layout.num_ids)
+    del flat
+    if not np.array_equal(cursor, ends):
+        raise _changed_error()
+    return id_min, id_max
+
+
+def _read_ids(handle: Any, start: int, count: int) -> np.ndarray:
+    ids = np.empty(count, dtype=np.int64)
+    handle.seek(8 * start)
+    view = memoryview(ids).cast("B")
+    got = 0
+    while got < len(view):
+        read = handle.readinto(view[got:])
+        if not read:
+            raise _changed_error()
+        got += read
+    return ids
+
+
+def _is_sorted(ids: np.ndarray) -> bool:
+    return ids.size < 2 or not bool(np.any(ids[1:] < ids[:-1]))
+
+
+def _merged_runs(flat_path: Path, start: int, count: int) -> Iterator[np.ndarray]:
+    """One big pool in ascending chunks: sort runs in place in the work file, then merge them.
+
+    The merge takes a block from each run; everything up to the smallest block end among runs
+    with more data left is final, so it is cut off, sorted and emitted. Memory: one block per run.
+    """
+    run_size = _MAX_SORT_IDS
+    runs = [(s, min(s + run_size, start + count)) for s in range(start, start + count, run_size)]
+    with open(flat_path, "r+b") as handle:
+        for run_start, run_stop in runs:
+            run = _read_ids(handle, run_start, run_stop - run_start)
+            if not _is_sorted(run):
+                run.sort()
+                handle.seek(8 * run_start)
+                handle.write(memoryview(run).cast("B"))
+        del run
+        block = max(run_size // len(runs), 1 << 12)
+        heads: list[np.ndarray] = []
+        next_read = []
+        for run_start, run_stop in runs:
+            take = min(block, run_stop - run_start)
+            heads.append(_read_ids(handle, run_start, take))
+            next_read.append(run_start + take)
+        while any(head.size for head in heads):
+            more = [next_read[i] < runs[i][1] for i in range(len(runs))]
+            limits = [int(heads[i][-1]) for i in range(len(runs)) if more[i] and heads[i].size]
+            cutoff = min(limits) if limits else None
+            parts = []
+            for i, head in enumerate(heads):
+                cut = head.size if cutoff is None else int(np.searchsorted(head, cutoff, "right"))
+                parts.append(head[:cut])
+                heads[i] = head[cut:]
+                if heads[i].size == 0 and more[i]:
+                    take = min(block, runs[i][1] - next_read[i])
+                    heads[i] = _read_ids(handle, next_read[i], take)
+                    next_read[i] += take
+            merged = np.concatenate(parts)
+            merged.sort()
+            yield merged
+
+
+class _DuplicateFinder:
+    """Finds ids that occur twice, pool by pool, with one bitmap over all ids.
+
+    When the id range fits the bitmap (up to 2**30 ids, 128 MiB, untouched pages cost nothing)
+    every flagged id is a real duplicate. Sparser ids are hashed into the bitmap; flagged ids are
+    then only candidates, confirmed exactly by DuckDB afterwards.
+    """
+
+    max_bits = 1 << 30
+    max_candidates = 1 << 23
+    _golden = np.uint64(0x9E3779B97F4A7C15)
+
+    def __init__(self, id_min: int, id_max: int) -> None:
+        span = id_max - id_min + 1
+        self.exact = span <= self.max_bits
+        self.id_min = id_min
+        self.bitmap = np.zeros(((span if self.exact else self.max_bits) + 7) // 8, np.uint8)
+        self.candidates: list[np.ndarray] = []
+        self.num_candidates = 0
+        self.overflow = False
+        self._lock = threading.Lock()
+
+    def add(self, ids: np.ndarray) -> None:
+        """Record one ascending chunk of one pool."""
+        if ids.size == 0:
+            return
+        if self.exact:
+            values = (ids - self.id_min).astype(np.uint64)
+            keyed = ids
+        else:
+            shifted = ids.view(np.uint64) - np.uint64(self.id_min & (2**64 - 1))
+            hashed = (shifted * self._golden) >> np.uint64(64 - 30)
+            order = np.argsort(hashed)
+            values, keyed = hashed[order], ids[order]
+        byte = values >> np.uint64(3)
+        bit = np.left_shift(np.uint8(1), (values & np.uint64(7)).astype(np.uint8))
+        group = np.flatnonzero(byte[1:] != byte[:-1]) + 1
+        first = np.concatenate(([0], group))
+        with self._lock:
+            seen = (self.bitmap[byte] & bit) != 0
+            seen[1:] |= values[1:] == values[:-1]
+            if seen.any():
+                flagged = keyed[seen]
+                if self.num_candidates + flagged.size > self.max_candidates:
+                    self.overflow = True
+                else:
+                    self.candidates.append(flagged)
+                self.num_candidates += flagged.size
+            self.bitmap[byte[first]] |= np.bitwise_or.reduceat(bit, first)
+
+
+def _check_duplicates(
+    con: duckdb.DuckDBPyConnection,
+    finder: _DuplicateFinder,
+    files: Sequence[InputFile],
+    id_column: str,
+    work_dir: Path,
+) -> None:
+    if finder.num_candidates == 0:
+        return
+    params: dict[str, Any] = {"paths": [f.path.as_posix() for f in files], "id_column": id_column}
+    if finder.exact and not finder.overflow:
+        flagged = np.concatenate(finder.candidates)
+        num_ids, num_extra, example = len(np.unique(flagged)), flagged.size, int(flagged.min())
+    else:
+        try:
+            if finder.overflow:
+                logger.info("many id collisions in the bitmap: checking duplicates with DuckDB")
+                row = con.sql(load_sql("duplicate_ids_all"), params=params).fetchone()
+            else:
+                candidates_path = work_dir / "candidate_ids.parquet"
+                pq.write_table(pa.table({"id": np.concatenate(finder.candidates)}), candidates_path)
+                params["candidates_path"] = candidates_path.as_posix()
+                row = con.sql(load_sql("duplicate_ids"), params=params).fetchone()
+                del params["candidates_path"]
+        except duckdb.Error as error:
+            raise _read_error(error) from None
+        num_ids, num_extra, example = row  # type: ignore[misc]
+        if not num_ids:
+            return
+    where = con.sql(load_sql("id_locations"), params={**params, "id": example}).fetchall()
+    places = " and ".join(_location(files, file_index, row) for file_index, row in where)
+    raise InputError(
+        f"id column {id_column!r} (--id-column) has {num_ids} duplicated ids ({num_extra} extra "
+        f"rows), e.g. id {example} in {places}; ids must be unique: fix the data, or drop "
+        "--id-column to use row indexes as ids"
+    )
+
+
+def scan_pools(
+    con: duckdb.DuckDBPyConnection,
+    files: Sequence[InputFile],
+    length_column: str,
+    counts: Mapping[int, int],
+    *,
+    id_column: str | None,
+    max_seq_len: int,
+    work_dir: Path,
+    write_pool: PoolSink,
+    progress: ProgressCallback | None = None,
+) -> PoolScan:
+    """Stream (length, id) once and write every length's ascending pool through `write_pool`.
+
+    `counts` is the histogram of the lengths kept (all <= max_seq_len). Ids are the id column
+    (checked: non-null, unique) or, without one, global row indexes over `files` in their order.
+    """
+    layout = _Layout(counts)
+    paths = [file.path.as_posix() for file in files]
+    params: dict[str, Any] = {
+        "paths": paths,
+        "length_column": length_column,
+        "max_seq_len": max_seq_len,
+    }
+    to_ids: Callable[[list[np.ndarray]], np.ndarray]
+    if id_column is None:
+        sql = load_sql("pool_rows_by_position")
+        row_offsets = np.zeros(len(files), dtype=np.int64)
+        np.cumsum([file.num_rows for file in files[:-1]], out=row_offsets[1:])
+
+        def to_ids(columns: list[np.ndarray]) -> np.ndarray:
+            return row_offsets[columns[1]] + columns[2]
+    else:
+        sql = load_sql("pool_rows_by_id")
+        params["id_column"] = id_column
+
+        def to_ids(columns: list[np.ndarray]) -> np.ndarray:
+            return columns[1]
+
+    flat_path = work_dir / "ids.bin"
+    with open(flat_path, "wb") as handle:
+        handle.truncate(8 * layout.num_ids)
+    try:
+        id_min, id_max = _scatter(
+            _stream_batches(con, sql, params),
+            layout,
+            flat_path,
+            to_ids,
+            track_range=id_column is not None,
+            progress=progress,
+        )
+    except _NullIds:
+        assert id_column is not None  # row-index ids are never NULL
+        null_params = {"paths": paths, "id_column": id_column}
+        file_index, row, num_null = con.sql(
+            load_sql("first_null_id"), params=null_params
+        ).fetchone()  # type: ignore[misc]
+        raise InputError(
+            f"id column {id_column!r} (--id-column) has {num_null} NULL ids, the first in "
+            f"{_location(files, file_index, row)}; ids must be non-null: fill them, or drop "
+            "--id-column to use row indexes as ids"
+        ) from None
+    except duckdb.Error as error:
+        raise _read_error(error) from None
+
+    finder = None
+    if id_column is not None and id_min is not None and id_max is not None:
+        finder = _DuplicateFinder(id_min, id_max)
+    _split_pools(layout, flat_path, finder, write_pool, progress)
+    if finder is not None:
+        assert id_column is not None
+        _check_duplicates(con, finder, files, id_column, work_dir)
+    os.unlink(flat_path)
+    return PoolScan(layout.num_ids, id_min, id_max)
+
+
+def _split_pools(
+    layout: _Layout,
+    flat_path: Path,
+    finder: _DuplicateFinder | None,
+    write_pool: PoolSink,
+    progress: ProgressCallback | None,
+) -> None:
+    """Cut the flat work file into one ascending pool per length."""
+    done = 0
+    with open(flat_path, "rb") as handle:
+        for position, length in enumerate(layout.lengths.tolist()):
+            start = int(layout.starts[position])
+            count = int(layout.sizes[position])
+            chunks: Iterable[np.ndarray]
+            if count <= _MAX_SORT_IDS:
+                ids = _read_ids(handle, start, count)
+                if not _is_sorted(ids):
+                    ids.sort()
+                chunks = [ids]
+            else:
+                chunks = _merged_runs(flat_path, start, count)
+            if finder is not None:
+                chunks = _watched(chunks, finder)
+            write_pool(length, count, chunks)
+            done += count
+            if progress is not None:
+                progress("write pools", done, layout.num_ids)
+
+
+def _watched(chunks: Iterable[np.ndarray], finder: _DuplicateFinder) -> Iterator[np.ndarray]:
+    for chunk in chunks:
+        finder.add(chunk)
+        yield chunk

@@ -1,0 +1,404 @@
+"""Stable seeds and stateless seeded permutations.
+
+Everything here is a pure function of its integer arguments, computed with fixed-width
+arithmetic and blake2b, so the same arguments give the same result in every process, on every
+machine and with every numpy version. Nothing depends on Python's `hash()` (salted per process
+for strings) or on a numpy random stream.
+
+- `seed_from_components(*components)`: a 63-bit seed from any tuple of integers
+  (epoch, rank, worker, dataset, ...).
+- `shuffle_bins(bin_indices, seed)`: a shuffled copy of a list.
+- `FeistelPermutation(n, seed)`: the i-th element of a seeded permutation of `[0, n)` in O(1)
+  time and memory, without building the permutation (used for the id pools of an epoch).
+- `FeistelFamily(perms)`: many such permutations applied element-wise in one vectorised pass.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import operator
+import struct
+from collections.abc import Sequence
+from typing import Any, TypeVar
+
+import numpy as np
+
+from seqpack_cli.errors import ConfigError
+
+__all__ = ["FeistelFamily", "FeistelPermutation", "seed_from_components", "shuffle_bins"]
+
+T = TypeVar("T")
+
+_INT64_MIN = -(1 << 63)
+_INT64_MAX = (1 << 63) - 1
+_MASK63 = (1 << 63) - 1
+_MASK64 = (1 << 64) - 1
+# blake2b personalisation: changing it (or the encoding below) changes every seed, so it is
+# versioned like a file format.
+_PERSON = b"seqpack.seed.v1"
+# Domain tags keep the seeds derived for different purposes apart from any user tuple.
+_FEISTEL_TAG = 0x5EED_FE15_7E1
+_SHUFFLE_TAG = 0x5EED_5_4FF1E
+
+# The splitmix64 finaliser (Steele, Lea & Flood 2014): a bijection of 64-bit words in which
+# every output bit depends on every input bit. Keyed by xoring the round key in first, it is
+# the Feistel round function.
+_MIX_1 = 0xBF58476D1CE4E5B9
+_MIX_2 = 0x94D049BB133111EB
+_NP_MIX_1 = np.uint64(_MIX_1)
+_NP_MIX_2 = np.uint64(_MIX_2)
+_NP_30 = np.uint64(30)
+_NP_27 = np.uint64(27)
+_NP_31 = np.uint64(31)
+
+# Luby-Rackoff: 4 rounds of a pseudo-random function give a strong pseudo-random permutation,
+# which is what the large pools (where the ids are) get. Words under 16 bits (pools under
+# 32 Ki ids) get 8: with halves of a few bits, each round function is one of few possible maps,
+# and more rounds are what it takes for the permutations of a small pool to look uniform. They
+# cost nothing that matters, since such pools hold few ids.
+NUM_ROUNDS = 4
+NUM_ROUNDS_SMALL = 8
+SMALL_WIDTH = 16
+# Round r xors C_r into the key (multiples of the 64-bit golden ratio: every bit differs between
+# rounds), so one key per permutation serves all rounds.
+_ROUND_CONSTANTS = [((r + 1) * 0x9E3779B97F4A7C15) & _MASK64 for r in range(NUM_ROUNDS_SMALL)]
+_NP_ROUND_CONSTANTS = [np.uint64(c) for c in _ROUND_CONSTANTS]
+# Words per kernel slice: 4 buffers of 16 Ki words (512 KiB) stay in a 1-2 MiB L2 cache, and
+# the per-call overhead of numpy (~90 calls per slice) stays small against the work.
+_KERNEL_SLICE = 1 << 14
+
+
+def _component(value: Any, position: int) -> int:
+    """One component as a Python int in the int64 range, or a ConfigError saying why not."""
+    if isinstance(value, (bool, np.bool_)):
+        # True == 1 would silently give the same seed as 1; a flag is almost always a mistake.
+        raise ConfigError(
+            f"seed component {position} is the bool {value!r}; expected an integer "
+            "(pass int(flag) if a flag is really meant to change the seed)"
+        )
+    try:
+        number = operator.index(value)
+    except TypeError:
+        raise ConfigError(
+            f"seed component {position} is {value!r} of type {type(value).__name__}; "
+            "expected an integer (epoch, rank, worker id, ...): convert it with int() "
+            "or derive an integer from it first"
+        ) from None
+    if not _INT64_MIN <= number <= _INT64_MAX:
+        raise ConfigError(
+            f"seed component {position} is {number}, outside the signed 64-bit range "
+            f"[{_INT64_MIN}, {_INT64_MAX}]; reduce it (e.g. take it modulo 2**63)"
+        )
+    return number
+
+
+def seed_from_components(*components: int) -> int:
+    """A stable, non-negative 63-bit seed from any tuple of integers.
+
+    The seed is the blake2b digest (8 bytes, personalisation `seqpack.seed.v1`) of the number of
+    components followed by each component, all as little-endian signed 64-bit integers, read as
+    a little-endian integer and masked to 63 bits. It is the same in every process and on every
+    machine, and different tuples (including tuples of different lengths, such as `(1,)` and
+    `(1, 0)`) give unrelated seeds.
+
+    Components are Python or numpy integers in the int64 range; floats, strings and bools are
+    refused with a ConfigError (a float epoch or a string name has no canonical integer form).
+    """
+    values = [_component(value, position) for position, value in enumerate(components)]
+    payload = struct.pack(f"<q{len(values)}q", len(values), *values)
+    digest = hashlib.blake2b(payload, digest_size=8, person=_PERSON).digest()
+    return int.from_bytes(digest, "little") & _MASK63
+
+
+def _optional_seed(seed: Any, option: str) -> int | None:
+    if seed is None:
+        return None
+    if isinstance(seed, (bool, np.bool_)):
+        raise ConfigError(f"{option} is the bool {seed!r}; expected an integer or None")
+    try:
+        return operator.index(seed)
+    except TypeError:
+        raise ConfigError(
+            f"{option} is {seed!r} of type {type(seed).__name__}; expected an integer or None "
+            "(use seed_from_components(epoch, ...) to build one)"
+        ) from None
+
+
+def _mix64(values: np.ndarray) -> np.ndarray:
+    """splitmix64 finaliser on a uint64 array (in place; returns it)."""
+    values ^= values >> _NP_30
+    values *= _NP_MIX_1
+    values ^= values >> _NP_27
+    values *= _NP_MIX_2
+    values ^= values >> _NP_31
+    return values
+
+
+def shuffle_bins(bin_indices: Sequence[T], seed: int | None = None) -> list[T]:
+    """A shuffled copy of `bin_indices`; the input is never modified.
+
+    With `seed=None` the copy keeps the input order. With a seed the order is a pure function of
+    (seed, len(bin_indices)): each position gets the 64-bit key splitmix64(position xor k), k
+    derived from the seed with `seed_from_components`, and positions are sorted by key (ties,
+    which are astronomically rare, by position). Unlike a numpy random stream this never changes
+    with the numpy version.
+    """
+    items = list(bin_indices)
+    key = _optional_seed(seed, "seed")
+    if key is None or len(items) < 2:
+        return items
+    salt = np.uint64(seed_from_components(_SHUFFLE_TAG, key))
+    keys = np.arange(len(items), dtype=np.uint64)
+    keys ^= salt
+    order = np.argsort(_mix64(keys), kind="stable")
+    return [items[i] for i in order.tolist()]
+
+
+def _feistel_key(n: int, seed: int) -> int:
+    """The 64-bit key of the permutation of size n with this seed (round r uses key ^ C_r)."""
+    payload = struct.pack("<3q", _FEISTEL_TAG, seed, n)
+    digest = hashlib.blake2b(payload, digest_size=8, person=_PERSON).digest()
+    return int.from_bytes(digest, "little")
+
+
+def _num_rounds(width: int) -> int:
+    return NUM_ROUNDS_SMALL if width < SMALL_WIDTH else NUM_ROUNDS
+
+
+def _feistel_inplace(
+    x: np.ndarray,
+    rounds: int,
+    left_bits: Any,
+    right_bits: Any,
+    left_mask: Any,
+    right_mask: Any,
+    key: Any,
+) -> None:
+    """Run `rounds` Feistel rounds on the uint64 words of the 1-d array `x`, in place.
+
+    Each other parameter is a numpy uint64 scalar or an array shaped like `x` (one value per
+    element). A round maps (L, R) -> (R, L xor F_r(R)), L the high `la` bits and R the low `lb`
+    bits of the word; the halves swap sizes every round, which keeps each round a bijection when
+    the width is odd. F_r(R) = splitmix64(R xor key xor C_r), cut to `la` bits. The work runs in
+    slices of `_KERNEL_SLICE` words with three reused scratch buffers, so the ~60 array
+    operations per slice stay in the L2 cache.
+    """
+    size = min(len(x), _KERNEL_SLICE)
+    buffers = (np.empty(size, np.uint64), np.empty(size, np.uint64), np.empty(size, np.uint64))
+    params = (left_bits, right_bits, left_mask, right_mask, key)
+    for first in range(0, len(x), _KERNEL_SLICE):
+        words = x[first : first + _KERNEL_SLICE]
+        n = len(words)
+        la, lb, ma, mb, k = (p[first : first + n] if isinstance(p, np.ndarray) else p for p in params)
+        left, f, scratch = (buffer[:n] for buffer in buffers)
+        halves = ((la, lb, ma, mb), (lb, la, mb, ma))
+        for number in range(rounds):
+            a_bits, b_bits, a_mask, b_mask = halves[number & 1]
+            np.right_shift(words, b_bits, out=left)
+            np.bitwise_and(words, b_mask, out=words)
+            np.bitwise_xor(words, k, out=f)
+            f ^= _NP_ROUND_CONSTANTS[number]
+            np.right_shift(f, _NP_30, out=scratch)
+            f ^= scratch
+            f *= _NP_MIX_1
+            np.right_shift(f, _NP_27, out=scratch)
+            f ^= scratch
+            f *= _NP_MIX_2
+            np.right_shift(f, _NP_31, out=scratch)
+            f ^= scratch
+            f &= a_mask
+            f ^= left
+            np.left_shift(words, a_bits, out=words)
+            words |= f
+
+
+def _feistel_scalar(x: int, left_bits: int, right_bits: int, key: int) -> int:
+    """`_feistel_inplace` for one Python int (same arithmetic, no numpy overhead)."""
+    halves = ((left_bits, right_bits), (right_bits, left_bits))
+    for number in range(_num_rounds(left_bits + right_bits)):
+        la, lb = halves[number & 1]
+        right = x & ((1 << lb) - 1)
+        f = right ^ key ^ _ROUND_CONSTANTS[number]
+        f ^= f >> 30
+        f = (f * _MIX_1) & _MASK64
+        f ^= f >> 27
+        f = (f * _MIX_2) & _MASK64
+        f ^= f >> 31
+        x = (right << la) | ((x >> lb) ^ (f & ((1 << la) - 1)))
+    return x
+
+
+def _scalar_params(width: int) -> tuple[int, Any, Any, Any, Any]:
+    """(rounds, left_bits, right_bits, left_mask, right_mask) of a word width, as numpy scalars."""
+    left_bits = width // 2
+    right_bits = width - left_bits
+    return (
+        _num_rounds(width),
+        np.uint64(left_bits),
+        np.uint64(right_bits),
+        np.uint64((1 << left_bits) - 1),
+        np.uint64((1 << right_bits) - 1),
+    )
+
+
+class FeistelPermutation:
+    """A stateless seeded bijection of `[0, n)`: `perm[i]` in O(1) time and memory.
+
+    A Feistel network of `NUM_ROUNDS` rounds permutes the `w`-bit words, `2**w` the smallest
+    power of two >= n (halves of `w // 2` and `w - w // 2` bits; round function: the splitmix64
+    finaliser of the right half xor a 64-bit key drawn from blake2b(seed, n) xor a round
+    constant). Words that land at or beyond `n` are fed through the network again ("cycle
+    walking") until they land inside, which restricts the bijection of `[0, 2**w)` to a
+    bijection of `[0, n)`; fewer than two passes are needed on average since `2**w < 2n`.
+
+    The permutation is a pure function of (n, seed): identical in every process and machine.
+    """
+
+    __slots__ = ("_key", "_left_bits", "_np", "_right_bits", "n", "seed")
+
+    def __init__(self, n: int, seed: int) -> None:
+        if isinstance(n, (bool, np.bool_)):
+            raise ConfigError(f"permutation size is the bool {n!r}; expected an integer >= 0")
+        try:
+            n = operator.index(n)
+        except TypeError:
+            raise ConfigError(
+                f"permutation size is {n!r} of type {type(n).__name__}; expected an integer >= 0"
+            ) from None
+        if not 0 <= n <= _INT64_MAX:
+            raise ConfigError(f"permutation size is {n}; expected an integer in [0, 2**63)")
+        key = _optional_seed(seed, "seed")
+        if key is None:
+            raise ConfigError("seed is None; a FeistelPermutation needs an integer seed")
+        self.n = n
+        if not _INT64_MIN <= key <= _INT64_MAX:
+            raise ConfigError(
+                f"seed is {key}, outside the signed 64-bit range; reduce it (e.g. modulo 2**63)"
+            )
+        self.seed = key
+        width = (n - 1).bit_length() if n > 1 else 0
+        self._left_bits = width // 2
+        self._right_bits = width - self._left_bits
+        self._key = _feistel_key(n, self.seed)
+        self._np = (*_scalar_params(width), np.uint64(self._key))
+
+    def __len__(self) -> int:
+        return self.n
+
+    def __repr__(self) -> str:
+        return f"FeistelPermutation(n={self.n}, seed={self.seed})"
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, FeistelPermutation):
+            return NotImplemented
+        return (self.n, self.seed) == (other.n, other.seed)
+
+    def __hash__(self) -> int:
+        return hash((FeistelPermutation, self.n, self.seed))
+
+    def __getitem__(self, index: int) -> int:
+        i = operator.index(index)
+        if i < 0:
+            i += self.n
+        if not 0 <= i < self.n:
+            raise IndexError(f"index {index} is out of range for a permutation of size {self.n}")
+        x = _feistel_scalar(i, self._left_bits, self._right_bits, self._key)
+        while x >= self.n:
+            x = _feistel_scalar(x, self._left_bits, self._right_bits, self._key)
+        return x
+
+    def take(self, indices: np.ndarray) -> np.ndarray:
+        """`[perm[i] for i in indices]` as an int64 array of the same shape, vectorised.
+
+        `indices` is an integer array (any shape) with values in `[0, n)`.
+        """
+        values = np.asarray(indices)
+        if values.dtype.kind not in "iu":
+            raise ConfigError(
+                f"permutation indices have dtype {values.dtype}; expected an integer array"
+            )
+        if values.size and (int(values.min()) < 0 or int(values.max()) >= self.n):
+            raise IndexError(
+                f"permutation indices span [{int(values.min())}, {int(values.max())}]; "
+                f"expected values in [0, {self.n})"
+            )
+        words = values.astype(np.uint64).ravel()
+        self._permute_inplace(words)
+        return words.astype(np.int64).reshape(values.shape)
+
+    def _permute_inplace(self, x: np.ndarray) -> None:
+        """Permute the uint64 array `x` (values in [0, n), unchecked) in place."""
+        _feistel_inplace(x, *self._np)
+        walking = np.flatnonzero(x >= self.n)
+        while walking.size:
+            again = x[walking]
+            _feistel_inplace(again, *self._np)
+            x[walking] = again
+            walking = walking[again >= self.n]
+
+
+class FeistelFamily:
+    """Several FeistelPermutations applied element-wise in one vectorised pass.
+
+    `family.take(members, indices)[i] == perms[members[i]][indices[i]]`. An epoch draws ids from
+    thousands of pools at once, so the cost must not grow with the number of distinct
+    permutations in a batch. Elements are put in order of word width (free when the perms are
+    ordered by width and the members sorted, as an EpochPlan does; one sort otherwise); the first
+    pass runs per run of equal width (at most 64 runs), with scalar shifts and masks and only the
+    key looked up per element; cycle walking then runs on all the elements still out of range at
+    once, with per-element parameters.
+    """
+
+    __slots__ = ("_key", "_left_bits", "_left_mask", "_n", "_right_bits", "_right_mask", "_width")
+
+    def __init__(self, perms: Sequence[FeistelPermutation]) -> None:
+        self._n = np.array([p.n for p in perms], dtype=np.uint64)
+        self._width = np.array([p._left_bits + p._right_bits for p in perms], dtype=np.uint8)
+        self._key = np.array([p._key for p in perms], dtype=np.uint64)
+        self._left_bits = np.array([p._left_bits for p in perms], dtype=np.uint64)
+        self._right_bits = np.array([p._right_bits for p in perms], dtype=np.uint64)
+        self._left_mask = (np.uint64(1) << self._left_bits) - np.uint64(1)
+        self._right_mask = (np.uint64(1) << self._right_bits) - np.uint64(1)
+
+    def __len__(self) -> int:
+        return len(self._n)
+
+    def take(self, members: np.ndarray, indices: np.ndarray) -> np.ndarray:
+        """Permute `indices[i]` by permutation `members[i]`, for 1-d arrays of equal length.
+
+        Returns a new uint64 array. No range checks: the caller guarantees
+        `0 <= indices[i] < perms[members[i]].n`.
+        """
+        members = np.asarray(members).astype(np.intp, copy=False)
+        x = np.array(indices, dtype=np.uint64)
+        widths = self._width.take(members)
+        if len(widths) > 1 and not (widths[1:] >= widths[:-1]).all():
+            order = np.argsort(widths, kind="stable")
+            x[order] = self.take(members[order], x[order])
+            return x
+        keys = self._key.take(members)
+        cuts = np.flatnonzero(widths[1:] != widths[:-1]) + 1
+        bounds = [0, *cuts.tolist(), len(x)]
+        for a, b in zip(bounds[:-1], bounds[1:]):
+            _feistel_inplace(x[a:b], *_scalar_params(int(widths[a])), keys[a:b])
+        # Cycle walking: words at or beyond their permutation's size go round again. Widths are
+        # ascending, so the words that take the small-width round count come first.
+        sizes = self._n.take(members)
+        walking = np.flatnonzero(x >= sizes)
+        while walking.size:
+            again = x[walking]
+            which = members[walking]
+            params = (
+                self._left_bits.take(which),
+                self._right_bits.take(which),
+                self._left_mask.take(which),
+                self._right_mask.take(which),
+                keys[walking],
+            )
+            small = int(np.searchsorted(widths[walking], SMALL_WIDTH))
+            for rounds, part in ((NUM_ROUNDS_SMALL, slice(0, small)), (NUM_ROUNDS, slice(small, None))):
+                if part.start != part.stop:
+                    _feistel_inplace(again[part], rounds, *(p[part] for p in params))
+            x[walking] = again
+            walking = walking[again >= sizes[walking]]
+        return x

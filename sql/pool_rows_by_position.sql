@@ -1,0 +1,14 @@
+-- pool_rows_by_position: the streaming pass of `seqpack prepare` without an id column.
+-- (length, file index, row number in that file) of every sequence that fits max_seq_len; the
+-- caller turns the last two into a global row index (the id) with the per-file row counts from
+-- the parquet footers, so ids do not depend on threads or on the order rows are streamed in.
+-- Parameters: $paths, $length_column, $max_seq_len.
+SELECT length, file_index, file_row_number
+FROM (
+    SELECT
+        CAST(COLUMNS([$length_column]) AS BIGINT) AS length,
+        file_index,
+        file_row_number
+    FROM read_parquet($paths, file_row_number = true, hive_partitioning = false)
+)
+WHERE length <= $max_seq_len

@@ -1,0 +1,303 @@
+"""Collation: pack_one_bin, PackedCollator's three formats, token sources, labels, errors."""
+
+from __future__ import annotations
+
+import itertools
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from seqpack_cli.collate import FlatTokenSource, PackedCollator, pack_one_bin
+from seqpack_cli.errors import ConfigError, InputError
+from seqpack_cli.masking import (
+    build_packing_attention_bias,
+    build_packing_cu_seqlens,
+    build_position_ids,
+    build_segment_ids,
+)
+
+torch = pytest.importorskip("torch")
+
+# Sequences of lengths 4, 4, 3, 1, 6, 2 with distinct, recognisable token values.
+SOURCE = [
+    [9, 333, 256, 1],
+    [88, 456, 12, 19],
+    [56, 23, 865],
+    [7],
+    [101, 102, 103, 104, 105, 106],
+    [201, 202],
+]
+BINS = [[4, 3, 2], [0, 5], [1]]  # 10, 6 and 4 tokens
+MAX_SEQ_LEN = 10
+
+
+def test_maxtext_matches_the_seed_example_exactly() -> None:
+    # seeds/maxtext-packing.txt: three sequences packed into a context of 13, pad 0.
+    collator = PackedCollator(SOURCE[:3], 13, 0, format="maxtext")
+    features = collator([[0, 1, 2]])
+    tokens = [9, 333, 256, 1, 88, 456, 12, 19, 56, 23, 865, 0, 0]
+    positions = [0, 1, 2, 3, 0, 1, 2, 3, 0, 1, 2, 0, 0]
+    segmentation = [1, 1, 1, 1, 2, 2, 2, 2, 3, 3, 3, 0, 0]
+    expected = {
+        "inputs": tokens,
+        "targets": tokens,
+        "inputs_position": positions,
+        "targets_position": positions,
+        "inputs_segmentation": segmentation,
+        "targets_segmentation": segmentation,
+    }
+    assert sorted(features) == sorted(expected)
+    for key, row in expected.items():
+        assert isinstance(features[key], np.ndarray) and features[key].dtype == np.int32
+        assert features[key].tolist() == [row], key
+
+
+def test_padded_golden() -> None:
+    batch = PackedCollator(SOURCE, MAX_SEQ_LEN, 0)(BINS)
+    assert batch["input_ids"].tolist() == [
+        [101, 102, 103, 104, 105, 106, 7, 56, 23, 865],
+        [9, 333, 256, 1, 201, 202, 0, 0, 0, 0],
+        [88, 456, 12, 19, 0, 0, 0, 0, 0, 0],
+    ]
+    # First token of every sequence and padding -> -100; the 1-token sequence has no target.
+    assert batch["labels"].tolist() == [
+        [-100, 102, 103, 104, 105, 106, -100, -100, 23, 865],
+        [-100, 333, 256, 1, -100, 202, -100, -100, -100, -100],
+        [-100, 456, 12, 19, -100, -100, -100, -100, -100, -100],
+    ]
+    assert batch["position_ids"].tolist() == [
+        [0, 1, 2, 3, 4, 5, 0, 0, 1, 2],
+        [0, 1, 2, 3, 0, 1, 0, 0, 0, 0],
+        [0, 1, 2, 3, 0, 0, 0, 0, 0, 0],
+    ]
+    # Padding takes the row's next unused id.
+    assert batch["sequence_ids"].tolist() == [
+        [0, 0, 0, 0, 0, 0, 1, 2, 2, 2],
+        [0, 0, 0, 0, 1, 1, 2, 2, 2, 2],
+        [0, 0, 0, 0, 1, 1, 1, 1, 1, 1],
+    ]
+    assert batch["attention_mask"].tolist() == [[1] * 10, [1] * 6 + [0] * 4, [1] * 4 + [0] * 6]
+    assert batch["cu_seqlens"].dtype == torch.int32
+    assert batch["cu_seqlens"].tolist() == [0, 6, 7, 10, 14, 16, 20]
+    assert batch["max_seqlen"] == 6
+    assert all(batch[k].dtype == torch.int64 for k in ("input_ids", "labels", "position_ids"))
+
+
+def test_padded_agrees_with_the_builders() -> None:
+    batch = PackedCollator(SOURCE, MAX_SEQ_LEN, 0)(BINS)
+    ids, mask = batch["sequence_ids"], batch["attention_mask"]
+    cu_seqlens, max_seqlen = build_packing_cu_seqlens(ids, mask)
+    assert torch.equal(cu_seqlens, batch["cu_seqlens"]) and max_seqlen == batch["max_seqlen"]
+    assert torch.equal(build_position_ids(ids, mask), batch["position_ids"])
+    maxtext = PackedCollator(SOURCE, MAX_SEQ_LEN, 0, format="maxtext")(BINS)
+    assert build_segment_ids(ids, mask).tolist() == maxtext["inputs_segmentation"].tolist()
+    # Padding has an id of its own, so the bias needs no mask: the two are identical.
+    assert torch.equal(
+        build_packing_attention_bias(ids, causal=False),
+        build_packing_attention_bias(ids, causal=False, attention_mask=mask),
+    )
+
+
+def test_padding_free_golden() -> None:
+    batch = PackedCollator(SOURCE, MAX_SEQ_LEN, 0, format="padding_free")(BINS)
+    flat = [t for b in BINS for i in b for t in SOURCE[i]]
+    assert batch["input_ids"].tolist() == [flat]
+    assert "attention_mask" not in batch  # Hugging Face would prefer it to position_ids
+    assert batch["sequence_ids"].tolist() == [[0] * 6 + [1] + [2] * 3 + [3] * 4 + [4] * 2 + [5] * 4]
+    assert batch["position_ids"].tolist() == [
+        [0, 1, 2, 3, 4, 5, 0, 0, 1, 2, 0, 1, 2, 3, 0, 1, 0, 1, 2, 3]
+    ]
+    assert batch["cu_seqlens"].tolist() == [0, 6, 7, 10, 14, 16, 20]
+    # Every builder reads the flat row the same way the collator wrote it.
+    assert torch.equal(build_position_ids(batch["sequence_ids"]), batch["position_ids"])
+    assert torch.equal(build_packing_cu_seqlens(batch["sequence_ids"])[0], batch["cu_seqlens"])
+    padded = PackedCollator(SOURCE, MAX_SEQ_LEN, 0)(BINS)
+    real = padded["attention_mask"].bool()
+    assert torch.equal(batch["labels"][0], padded["labels"][real])
+
+
+def test_padding_free_ids_stay_distinct_across_one_sequence_bins() -> None:
+    # Two one-sequence bins back to back: bin-local ids (0, 0) would merge them.
+    batch = PackedCollator(SOURCE, MAX_SEQ_LEN, 0, format="padding_free")([[0], [1]])
+    assert batch["cu_seqlens"].tolist() == [0, 4, 8]
+    assert build_packing_cu_seqlens(batch["sequence_ids"])[0].tolist() == [0, 4, 8]
+
+
+@pytest.mark.parametrize("fmt", ["padded", "padding_free"])
+def test_fixed_length_cu_seqlens_and_overflow(fmt: str) -> None:
+    collator = PackedCollator(SOURCE, MAX_SEQ_LEN, 0, format=fmt, max_num_seqs=8)
+    assert collator(BINS)["cu_seqlens"].tolist() == [0, 6, 7, 10, 14, 16, 20, 20, 20]
+    assert collator([[0]])["cu_seqlens"].tolist() == [0, 4, 4, 4, 4, 4, 4, 4, 4]
+    tight = PackedCollator(SOURCE, MAX_SEQ_LEN, 0, format=fmt, max_num_seqs=5)
+    with pytest.raises(ConfigError, match=r"6 sequences but max_num_seqs=5"):
+        tight(BINS)
+
+
+@pytest.mark.parametrize("fmt", ["padded", "padding_free"])
+def test_loss_weights_sum_to_one_per_sequence(fmt: str) -> None:
+    collator = PackedCollator(SOURCE, MAX_SEQ_LEN, 0, format=fmt, return_loss_weights=True)
+    batch = collator(BINS)
+    weights, labels = batch["loss_weights"], batch["labels"]
+    assert weights.dtype == torch.float32 and weights.shape == labels.shape
+    assert (weights[labels == -100] == 0).all() and (weights[labels != -100] > 0).all()
+    # Group by (row, sequence id): every sequence of n >= 2 tokens sums to 1, [7] sums to 0.
+    sums = {}
+    for row in range(labels.shape[0]):
+        for seq in batch["sequence_ids"][row].unique().tolist():
+            members = batch["sequence_ids"][row] == seq
+            if fmt == "padded" and not batch["attention_mask"][row][members].any():
+                continue  # the padding run
+            sums[len(sums)] = float(weights[row][members].sum())
+    assert sorted(round(s, 6) for s in sums.values()) == [0.0] + [1.0] * 5
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    lengths=st.lists(st.integers(1, 9), min_size=1, max_size=12),
+    cuts=st.lists(st.integers(0, 11), max_size=4),
+)
+def test_labels_never_cross_a_boundary(lengths: list[int], cuts: list[int]) -> None:
+    # Random sequences split into random bins; a label is either padding (-100) or the token
+    # at that place, and then the previous place holds the same sequence's previous token.
+    source = [list(range(100 * i, 100 * i + n)) for i, n in enumerate(lengths)]
+    edges = sorted({0, len(lengths), *(c for c in cuts if c < len(lengths))})
+    bins = [list(range(a, b)) for a, b in itertools.pairwise(edges) if b > a]
+    max_seq_len = max(sum(lengths[i] for i in b) for b in bins)
+    batch = PackedCollator(source, max_seq_len, -1)(bins)
+    labels, tokens = batch["labels"], batch["input_ids"]
+    ids, positions = batch["sequence_ids"], batch["position_ids"]
+    targeted = labels != -100
+    assert torch.equal(labels[targeted], tokens[targeted])
+    assert not targeted[:, 0].any()
+    prev_same = (ids[:, 1:] == ids[:, :-1]) & (positions[:, 1:] == positions[:, :-1] + 1)
+    assert (prev_same | ~targeted[:, 1:]).all()
+    # Exactly n - 1 targets per sequence: nothing lost, nothing extra.
+    assert int(targeted.sum()) == sum(n - 1 for n in lengths)
+
+
+def _memmap_source(tmp_path: Path) -> FlatTokenSource:
+    flat = np.concatenate([np.asarray(s, dtype=np.int32) for s in SOURCE])
+    np.save(tmp_path / "tokens.npy", flat)
+    offsets = np.concatenate([[0], np.cumsum([len(s) for s in SOURCE])])
+    return FlatTokenSource(np.load(tmp_path / "tokens.npy", mmap_mode="r"), offsets)
+
+
+TOKEN_SOURCES = {
+    "list_of_lists": lambda tmp: SOURCE,
+    "tuple_of_tuples": lambda tmp: tuple(tuple(s) for s in SOURCE),
+    "list_of_numpy_uint16": lambda tmp: [np.asarray(s, dtype=np.uint16) for s in SOURCE],
+    "numpy_object_array": lambda tmp: np.array(
+        [np.asarray(s) for s in SOURCE] + [None], dtype=object
+    )[:-1],
+    "list_of_torch": lambda tmp: [torch.tensor(s, dtype=torch.int32) for s in SOURCE],
+    "memmap_flat_offsets": _memmap_source,
+}
+
+
+@pytest.mark.parametrize("kind", sorted(TOKEN_SOURCES))
+def test_every_token_source_kind_collates_the_same(kind: str, tmp_path: Path) -> None:
+    expected = PackedCollator(SOURCE, MAX_SEQ_LEN, 0)(BINS)
+    got = PackedCollator(TOKEN_SOURCES[kind](tmp_path), MAX_SEQ_LEN, 0)(BINS)
+    assert sorted(got) == sorted(expected)
+    for key, value in expected.items():
+        assert torch.equal(got[key], value) if key != "max_seqlen" else got[key] == value
+
+
+@pytest.mark.parametrize("as_torch", [False, True])
+def test_two_dimensional_sources(as_torch: bool) -> None:
+    # A 2-D array holds equal-length sequences, one per row; gathered in one go.
+    grid = np.arange(30, dtype=np.int64).reshape(6, 5)
+    source = torch.from_numpy(grid) if as_torch else grid
+    batch = PackedCollator(source, 10, -1)([[4, 1], [2]])
+    assert batch["input_ids"].tolist() == [
+        [20, 21, 22, 23, 24, 5, 6, 7, 8, 9],
+        [10, 11, 12, 13, 14, -1, -1, -1, -1, -1],
+    ]
+
+
+def test_hugging_face_dataset_column() -> None:
+    datasets = pytest.importorskip("datasets")
+    dataset = datasets.Dataset.from_dict({"input_ids": SOURCE})
+    expected = PackedCollator(SOURCE, MAX_SEQ_LEN, 0)(BINS)
+    for source in (dataset["input_ids"], dataset.with_format("numpy")["input_ids"]):
+        got = PackedCollator(source, MAX_SEQ_LEN, 0)(BINS)
+        assert torch.equal(got["input_ids"], expected["input_ids"])
+
+
+def test_pack_one_bin_keeps_the_reference_semantics() -> None:
+    tokens, sequence_ids = pack_one_bin([3, 2], SOURCE, 8, 0)
+    assert tokens.tolist() == [7, 56, 23, 865, 0, 0, 0, 0]
+    assert sequence_ids.tolist() == [0, 1, 1, 1, 1, 1, 1, 1]  # padding reuses the last id
+    assert tokens.dtype == sequence_ids.dtype == torch.int64
+    full, ids = pack_one_bin([4, 3, 2], SOURCE, 10, 0)  # exactly full: no padding at all
+    assert full.tolist() == PackedCollator(SOURCE, 10, 0)([[4, 3, 2]])["input_ids"][0].tolist()
+    assert ids.tolist() == [0] * 6 + [1] + [2] * 3
+
+
+def test_pack_one_bin_overflow_names_the_bin_and_lengths() -> None:
+    with pytest.raises(InputError, match=r"sequence ids \[4, 0\], lengths \[6, 4\].*10 tokens"):
+        pack_one_bin([4, 0], SOURCE, 8, 0)
+
+
+def test_collator_overflow_names_the_bin() -> None:
+    with pytest.raises(InputError, match=r"bin 1 of the batch .*max_seq_len=9"):
+        PackedCollator(SOURCE, 9, 0)([[0, 5], [4, 3, 2]])
+
+
+@pytest.mark.parametrize(
+    ("source", "bins", "message"),
+    [
+        (SOURCE, [], "no bins"),
+        (SOURCE, [[0], []], "bin 1 of the batch holds no sequence ids"),
+        (SOURCE, [[0, 17]], "no sequence for one of the ids"),
+        ([[1, 2], []], [[1]], "non-empty 1-D"),
+        ([[1.5, 2.0]], [[0]], "integer token ids"),
+        ([{"input_ids": [1, 2]}], [[0]], r"dataset\['input_ids'\]"),
+        ([[[1, 2]]], [[0]], "1-D"),
+    ],
+)
+def test_collator_input_errors(source: object, bins: list[list[int]], message: str) -> None:
+    with pytest.raises(InputError, match=message):
+        PackedCollator(source, 8, 0)(bins)
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [
+        ({"format": "flat"}, "padded, padding_free, maxtext"),
+        ({"format": "maxtext", "return_loss_weights": True}, "format='maxtext'"),
+        ({"format": "maxtext", "max_num_seqs": 4}, "format='maxtext'"),
+        ({"max_seq_len": 0}, "max_seq_len=0"),
+        ({"pad_token_id": 1.5}, "pad_token_id=1.5"),
+        ({"max_num_seqs": 0}, "max_num_seqs=0"),
+    ],
+)
+def test_collator_config_errors(kwargs: dict[str, object], message: str) -> None:
+    options: dict[str, object] = {"max_seq_len": 8, "pad_token_id": 0, **kwargs}
+    with pytest.raises(ConfigError, match=message):
+        PackedCollator(SOURCE, **options)  # type: ignore[arg-type]
+
+
+def test_flat_token_source_checks_and_gathers() -> None:
+    source = FlatTokenSource(np.arange(10), [0, 3, 3, 7, 10])
+    assert len(source) == 4 and source[3].tolist() == [7, 8, 9]
+    tokens, lengths = source.take(np.array([3, 0, 2]))
+    assert tokens.tolist() == [7, 8, 9, 0, 1, 2, 3, 4, 5, 6] and lengths.tolist() == [3, 3, 4]
+    with pytest.raises(InputError, match="outside FlatTokenSource"):
+        source.take(np.array([4]))
+    with pytest.raises(InputError, match="non-decreasing"):
+        FlatTokenSource(np.arange(10), [0, 5, 3])
+    with pytest.raises(InputError, match="1-D integer"):
+        FlatTokenSource(np.zeros(4), [0, 4])
+
+
+def test_maxtext_needs_no_torch(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setitem(sys.modules, "torch", None)
+    features = PackedCollator(SOURCE, MAX_SEQ_LEN, 0, format="maxtext")(BINS)
+    assert features["inputs"].shape == (3, MAX_SEQ_LEN)
+    with pytest.raises(ConfigError, match=r"pip install 'seqpack\[torch\]'"):
+        PackedCollator(SOURCE, MAX_SEQ_LEN, 0)(BINS)

@@ -1,0 +1,229 @@
+"""The figures behind `seqpack stats`: sweep, baselines, distributions (no I/O)."""
+
+from __future__ import annotations
+
+import math
+from collections import Counter
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from seqpack_cli.errors import ConfigError, InputError
+from seqpack_cli.histogram import pack_length_histogram_batched
+from seqpack_cli.stats import PackingStats
+from seqpack_cli.sweep import (
+    bucket_lengths,
+    estimate_sequential_packing,
+    linear_edges,
+    next_fit_num_bins,
+    no_packing_stats,
+    power_of_two_edges,
+    profile_packing,
+    summarize_lengths,
+    sweep_max_seq_len,
+)
+
+# A small dataset whose figures can be worked out by hand: 8 sequences, 40 tokens.
+#   lengths 3,3 | 5,5,5 | 7 | 12 (one of each 7 and 12)
+SMALL = {3: 2, 5: 3, 7: 1, 12: 1}
+
+
+def test_sweep_golden_small_dataset() -> None:
+    result = sweep_max_seq_len(SMALL, [16, 10, 10, 6], sample_size=1000, seed=0)
+    # candidates come back sorted and unique
+    assert [row.max_seq_len for row in result.rows] == [6, 10, 16]
+    by_cap = {row.max_seq_len: row for row in result.rows}
+
+    # max_seq_len 6: 7 and 12 are over the cap (2 sequences, 19 tokens dropped).
+    # Kept 3,3,5,5,5 = 21 tokens. 5s cannot share (5+5 > 6, 5+3 > 6): three bins of one 5;
+    # the two 3s share one bin (3+3 = 6): 4 bins, capacity 24, efficiency 21/24.
+    row = by_cap[6]
+    assert (row.num_over_cap, row.num_tokens_over_cap) == (2, 19)
+    assert row.packed.num_bins == 4
+    assert row.packed.efficiency == pytest.approx(21 / 24)
+    # no packing: one row per kept sequence, 5 rows of 6 tokens
+    assert (row.no_packing.num_bins, row.no_packing.capacity) == (5, 30)
+    assert row.no_packing.efficiency == pytest.approx(21 / 30)
+
+    # max_seq_len 10: only 12 is over. Kept 7,5,5,5,3,3 = 28 tokens. Decreasing fit:
+    # 7 opens A; 5 opens B; 5 joins B (5+5 = 10); 5 opens C; 3 fills A (7+3); 3 joins C (5+3).
+    # 3 bins = ceil(28 / 10), the lower bound; efficiency 28/30.
+    row = by_cap[10]
+    assert (row.num_over_cap, row.num_tokens_over_cap) == (1, 12)
+    assert row.packed.num_bins == 3 == row.packed.lower_bound_bins
+    assert row.packed.efficiency == pytest.approx(28 / 30)
+    assert row.no_packing.efficiency == pytest.approx(28 / 60)
+
+    # max_seq_len 16: everything kept, 40 tokens: ceil(40 / 16) = 3 bins are enough
+    # (12+3, 7+5+3, 5+5), efficiency 40/48.
+    row = by_cap[16]
+    assert row.num_over_cap == 0
+    assert row.packed.num_bins == 3
+    assert row.packed.efficiency == pytest.approx(40 / 48)
+
+    # the seqpack figures are exactly PackingStats of the engine's templates on the kept lengths
+    kept = {length: count for length, count in SMALL.items() if length <= 10}
+    direct = PackingStats.from_templates(pack_length_histogram_batched(kept, 10), 10)
+    assert by_cap[10].packed.to_dict() == direct.to_dict()
+
+    # the dataset (8 sequences) is smaller than the sample: simulated whole, not scaled
+    for row in result.rows:
+        assert not row.sequential.estimated
+        assert row.sequential.num_simulated == row.packed.num_sequences
+
+
+def test_sweep_length_summary_and_histogram() -> None:
+    result = sweep_max_seq_len(SMALL, [10])
+    lengths = result.lengths
+    assert (lengths.num_sequences, lengths.num_tokens) == (8, 40)
+    assert (lengths.min_length, lengths.max_length) == (3, 12)
+    assert lengths.mean_length == pytest.approx(5.0)
+    # power-of-two buckets up to 16: (8, 16] holds the 12, (4, 8] the 5s and the 7
+    counts = {bucket.label: bucket.count for bucket in result.length_buckets}
+    assert counts["3–4"] == 2 and counts["5–8"] == 4 and counts["9–16"] == 1
+    assert sum(counts.values()) == 8
+
+
+def test_next_fit_golden() -> None:
+    # cap 10, in this order: 7 | 5+5 | 5+3 | 3  -> 4 rows (the 3 does not fit 5+3+3 = 11)
+    assert next_fit_num_bins([7, 5, 5, 5, 3, 3], 10) == 4
+    # the same lengths ascending: 3+3 | 5+5 | 5 | 7 -> 4 rows (3+3+5 = 11 does not fit)
+    assert next_fit_num_bins([3, 3, 5, 5, 5, 7], 10) == 4
+    # order matters: 5,5 | 7,3 | 5,3 -> 3 rows
+    assert next_fit_num_bins([5, 5, 7, 3, 5, 3], 10) == 3
+    assert next_fit_num_bins([], 10) == 0
+    assert next_fit_num_bins(np.array([10, 10, 1], dtype=np.int32), 10) == 3
+
+
+def test_next_fit_rejects_lengths_over_the_cap() -> None:
+    with pytest.raises(InputError, match="exceeds max_seq_len 10"):
+        next_fit_num_bins([3, 11], 10)
+    with pytest.raises(ConfigError):
+        next_fit_num_bins([3], 0)
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.integers(1, 50), max_size=200), st.integers(50, 120))
+def test_next_fit_bounds(lengths: list[int], max_seq_len: int) -> None:
+    num_bins = next_fit_num_bins(lengths, max_seq_len)
+    total = sum(lengths)
+    # never fewer rows than the token lower bound, never more than one per sequence, and any
+    # two consecutive next-fit rows hold more than max_seq_len tokens together: < 2*total/cap + 1
+    assert math.ceil(total / max_seq_len) <= num_bins <= len(lengths)
+    assert num_bins <= 2 * total / max_seq_len + 1
+
+
+def test_sequential_order_free_golden() -> None:
+    # equal lengths make next-fit independent of the order: 10 sequences of 3 in rows of 10
+    # hold 3 each -> 3+3+3 | 3+3+3 | 3+3+3 | 3 = 4 rows, 30 tokens in 40.
+    baseline = estimate_sequential_packing({3: 10}, 10)
+    assert (baseline.num_bins, baseline.capacity, baseline.padding) == (4, 40, 10)
+    assert baseline.efficiency == pytest.approx(0.75)
+    assert baseline.avg_seqs_per_bin == pytest.approx(2.5)
+    # sampled and scaled: 1,000,000 sequences of 3 from a 9,999-sequence sample
+    # -> 3,333 rows per 9,999 -> 333,333.3 -> 333,333 rows (exact answer: 333,334)
+    scaled = estimate_sequential_packing({3: 1_000_000}, 10, sample_size=9_999)
+    assert scaled.estimated and scaled.num_simulated == 9_999
+    assert scaled.num_bins == pytest.approx(333_334, abs=1)
+
+
+def test_sequential_estimate_close_to_the_full_shuffle() -> None:
+    rng = np.random.default_rng(7)
+    lengths = np.minimum(rng.lognormal(4.0, 0.8, 200_000).astype(np.int64) + 1, 512)
+    values, counts = np.unique(lengths, return_counts=True)
+    histogram = dict(zip(values.tolist(), counts.tolist(), strict=True))
+    # the exact figure for one shuffled order of the whole dataset
+    shuffled = lengths.copy()
+    rng.shuffle(shuffled)
+    exact = next_fit_num_bins(shuffled, 512)
+    estimate = estimate_sequential_packing(histogram, 512, sample_size=20_000, seed=3)
+    assert estimate.estimated
+    assert estimate.num_bins == pytest.approx(exact, rel=0.02)
+    # deterministic in the seed
+    again = estimate_sequential_packing(histogram, 512, sample_size=20_000, seed=3)
+    assert again == estimate
+
+
+def test_no_packing_leaves_out_lengths_over_the_cap() -> None:
+    baseline = no_packing_stats(SMALL, 6)
+    assert (baseline.num_bins, baseline.num_tokens, baseline.capacity) == (5, 21, 30)
+    assert baseline.padding_ratio == pytest.approx(9 / 30)
+    assert not baseline.estimated
+
+
+def test_summarize_lengths_matches_numpy() -> None:
+    rng = np.random.default_rng(1)
+    lengths = rng.integers(1, 300, 5_000)
+    values, counts = np.unique(lengths, return_counts=True)
+    summary = summarize_lengths(dict(zip(values.tolist(), counts.tolist(), strict=True)))
+    assert summary.num_sequences == lengths.size
+    assert summary.num_tokens == int(lengths.sum())
+    assert summary.mean_length == pytest.approx(lengths.mean())
+    for field, q in (("p50_length", 50), ("p90_length", 90), ("p99_length", 99)):
+        # nearest rank == numpy's inverted_cdf percentile
+        assert getattr(summary, field) == int(np.percentile(lengths, q, method="inverted_cdf"))
+
+
+def test_edges_and_buckets() -> None:
+    assert linear_edges(100, 4) == [25, 50, 75, 100]
+    assert linear_edges(10, 4) == [3, 6, 9, 10]
+    assert power_of_two_edges(12) == [1, 2, 4, 8, 16]
+    assert power_of_two_edges(1) == [1]
+    buckets = bucket_lengths({1: 1, 25: 2, 26: 3, 100: 4, 150: 5}, [25, 50, 75, 100])
+    assert [(b.low, b.high, b.count) for b in buckets] == [
+        (1, 25, 3),
+        (26, 50, 3),
+        (51, 75, 0),
+        (76, 100, 4),
+        (101, 150, 5),  # past the last edge: one overflow bucket up to the longest length
+    ]
+
+
+def test_profile_golden() -> None:
+    # max_seq_len 10; 6 bins: (5,5) x3 full, (7,) x2 at 70%, (4, 3, 2) x1 at 90%
+    templates = Counter({(5, 5): 3, (7,): 2, (4, 3, 2): 1})
+    counts = {5: 6, 7: 2, 4: 1, 3: 1, 2: 1}
+    profile = profile_packing(counts, templates, 10, top=2, sample_size=100)
+    assert profile.stats.to_dict() == PackingStats.from_templates(templates, 10).to_dict()
+    fullness = {bucket.label: bucket.count for bucket in profile.fullness_buckets}
+    assert fullness["50–75%"] == 2  # the two 7s
+    assert fullness["90–95%"] == 1  # 4+3+2 = 9: exactly 90% goes in 90–95%
+    assert fullness["100% (full)"] == 3
+    assert sum(fullness.values()) == 6
+    per_bin = {bucket.label: bucket.count for bucket in profile.seqs_per_bin_buckets}
+    assert per_bin == {"1": 2, "2": 3, "3": 1}
+    # most common first, only `top` of them
+    assert profile.top_templates == [((5, 5), 3), ((7,), 2)]
+    assert profile.num_templates == 3
+    data = profile.to_dict()
+    assert data["top_templates"][0] == {"template": [5, 5], "num_bins": 3}
+
+
+def test_bad_inputs_are_one_line_errors() -> None:
+    with pytest.raises(ConfigError, match="max-seq-len"):
+        sweep_max_seq_len(SMALL, [])
+    with pytest.raises(ConfigError, match="max-seq-len"):
+        sweep_max_seq_len(SMALL, [0])
+    with pytest.raises(InputError, match="empty"):
+        sweep_max_seq_len({}, [10])
+    with pytest.raises(InputError, match="length -3"):
+        sweep_max_seq_len({-3: 1}, [10])
+    with pytest.raises(ConfigError, match="sample-size"):
+        sweep_max_seq_len(SMALL, [10], sample_size=0)
+    with pytest.raises(ConfigError, match="max-seqs-per-bin"):
+        sweep_max_seq_len(SMALL, [10], max_seqs_per_bin=0)
+
+
+def test_a_cap_below_every_length_packs_nothing() -> None:
+    result = sweep_max_seq_len({100: 5}, [10, 200])
+    low, high = result.rows
+    assert (low.num_over_cap, low.packed.num_bins, low.sequential.num_bins) == (5, 0, 0)
+    assert (high.num_over_cap, high.packed.num_bins) == (0, 3)  # 100+100 | 100+100 | 100
+
+
+def test_max_seqs_per_bin_is_respected() -> None:
+    result = sweep_max_seq_len({1: 100}, [100], max_seqs_per_bin=4)
+    assert result.rows[0].packed.num_bins == 25
+    assert result.rows[0].packed.max_seqs_in_bin == 4
