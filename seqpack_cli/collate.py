@@ -6,8 +6,9 @@ tensor, a Hugging Face `datasets.Dataset` column (`dataset["input_ids"]`), or `F
 over one memory-mapped token array plus offsets (fetched with one vectorised gather).
 
 `PackedCollator` lays out a whole batch with numpy: one fetch per sequence (one gather for
-`FlatTokenSource` and 2-D arrays), one concatenate per batch, and every per-token array (row,
-column, position, label) from `repeat`/`cumsum` offsets, never a per-token Python loop.
+`FlatTokenSource` and 2-D arrays), one concatenate per batch, every per-token array (position,
+sequence id, label) from `repeat`/`cumsum` offsets, and one boolean-mask assignment per output
+array to place the tokens in their rows; never a per-token Python loop.
 
 Label convention (Hugging Face style, where the model shifts labels internally so that the
 logits at i are scored against `labels[i + 1]`): `labels[i] = input_ids[i]`, except that the
@@ -152,8 +153,10 @@ def _fetch(token_source: Any, seq_ids: np.ndarray) -> tuple[np.ndarray, np.ndarr
 
 def _shown(values: Sequence[int] | np.ndarray) -> str:
     """A short rendering of an id or length list for error messages."""
-    values = [int(v) for v in values[:_MAX_IDS_SHOWN]]
-    return str(values) if len(values) < _MAX_IDS_SHOWN else f"{values[:-1]} + more"
+    shown = [int(v) for v in values[: _MAX_IDS_SHOWN + 1]]
+    if len(shown) <= _MAX_IDS_SHOWN:
+        return str(shown)
+    return f"{shown[:_MAX_IDS_SHOWN]} + {len(values) - _MAX_IDS_SHOWN} more"
 
 
 @dataclass(frozen=True)
@@ -163,8 +166,7 @@ class _Layout:
     tokens: np.ndarray  # int64, bins back to back, sequences in bin order
     lengths: np.ndarray  # tokens per sequence, in batch order
     num_seqs: np.ndarray  # sequences per bin
-    row: np.ndarray  # the bin (row) of each token
-    col: np.ndarray  # the column of each token within its row
+    real: np.ndarray  # [B, max_seq_len] bool: where tokens go (rows are left-aligned)
     position: np.ndarray  # the position of each token within its sequence (0-based)
     local_id: np.ndarray  # the index of each token's sequence within its bin (0-based)
     seq_index: np.ndarray  # the index of each token's sequence within the batch (0-based)
@@ -194,20 +196,19 @@ def _lay_out(bins: Sequence[Sequence[int]], token_source: Any, max_seq_len: int)
             "same max_seq_len the collator uses, or raise max_seq_len"
         )
 
-    num_tokens = int(lengths.sum())
+    num_seqs_total = seq_ids.shape[0]
     seq_start = np.cumsum(lengths) - lengths  # flat offset of each sequence
-    bin_of_seq = np.repeat(np.arange(len(bins), dtype=np.int64), num_seqs)
-    seq_index = np.repeat(np.arange(seq_ids.shape[0], dtype=np.int64), lengths)
-    flat = np.arange(num_tokens, dtype=np.int64)
-    row = bin_of_seq[seq_index]
+    seq_index = np.repeat(np.arange(num_seqs_total, dtype=np.int64), lengths)
+    local_of_seq = np.arange(num_seqs_total, dtype=np.int64) - np.repeat(first_seq, num_seqs)
     return _Layout(
         tokens=tokens,
         lengths=lengths,
         num_seqs=num_seqs,
-        row=row,
-        col=flat - seq_start[first_seq][row],
-        position=flat - seq_start[seq_index],
-        local_id=seq_index - first_seq[row],
+        # Row-major order of the True cells is the tokens' order, so a boolean-mask assignment
+        # places every per-token array in one pass.
+        real=np.arange(max_seq_len) < row_len[:, None],
+        position=np.arange(seq_index.shape[0], dtype=np.int64) - seq_start[seq_index],
+        local_id=local_of_seq[seq_index],
         seq_index=seq_index,
     )
 
@@ -345,11 +346,13 @@ class PackedCollator:
         batch["max_seqlen"] = int(layout.lengths.max())
         return batch
 
-    def _grid(self, layout: _Layout, values: np.ndarray, fill: int | np.ndarray, dtype: Any) -> Any:
+    def _grid(
+        self, layout: _Layout, values: np.ndarray | int, fill: int | np.ndarray, dtype: Any
+    ) -> Any:
         """A `[B, max_seq_len]` array holding `values` at the tokens' places, `fill` elsewhere."""
-        grid = np.empty((layout.num_seqs.shape[0], self.max_seq_len), dtype=dtype)
+        grid = np.empty(layout.real.shape, dtype=dtype)
         grid[...] = fill
-        grid[layout.row, layout.col] = values
+        grid[layout.real] = values
         return grid
 
     def _padded(self, layout: _Layout, labels: np.ndarray) -> dict[str, np.ndarray]:

@@ -130,7 +130,7 @@ def _pool_arrays(pools: Any, needed: Mapping[int, int]) -> dict[int, np.ndarray]
     arrays: dict[int, np.ndarray] = {}
     for key, value in pools.items():
         length = _positive_int(
-            key, f"pool key {key!r}", "pool keys are sequence lengths (convert JSON keys with int)"
+            key, "a pool key", "pool keys are sequence lengths (convert JSON keys with int())"
         )
         # asarray keeps a np.memmap's buffer (a view, no copy) and drops the subclass, whose
         # per-operation bookkeeping would slow every gather.

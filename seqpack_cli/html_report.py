@@ -13,7 +13,13 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from seqpack_cli.errors import ConfigError
-from seqpack_cli.report import efficiency_style, format_percent, format_template
+from seqpack_cli.report import (
+    efficiency_style,
+    format_efficiency,
+    format_padding,
+    format_percent,
+    format_template,
+)
 from seqpack_cli.sweep import (
     NO_PACKING_DESCRIPTION,
     SEQUENTIAL_DESCRIPTION,
@@ -46,7 +52,7 @@ def _e(value: object) -> str:
 
 
 def _efficiency_cell(fraction: float) -> str:
-    return f'<td class="{efficiency_style(fraction)}">{_e(format_percent(fraction, 2))}</td>'
+    return f'<td class="{efficiency_style(fraction)}">{_e(format_efficiency(fraction))}</td>'
 
 
 def _table(headers: Sequence[str], rows: Sequence[Sequence[str]], *, left: int = 1) -> str:
@@ -179,8 +185,8 @@ def render_profile_html(
         ("sequences", f"{stats.num_sequences:,} (avg {stats.avg_seqs_per_bin:.2f} per bin)"),
         ("tokens", f"{stats.num_tokens:,} / {stats.capacity:,} capacity"),
         ("bins", f"{stats.num_bins:,} (lower bound {stats.lower_bound_bins:,})"),
-        ("efficiency", format_percent(stats.efficiency, 2)),
-        ("padding", f"{stats.padding:,} tokens ({format_percent(stats.padding_ratio, 2)})"),
+        ("efficiency", format_efficiency(stats.efficiency)),
+        ("padding", f"{stats.padding:,} tokens ({format_padding(stats.padding_ratio)})"),
         (
             "fullness",
             f"p50 {format_percent(stats.bin_fullness_p50)}, "

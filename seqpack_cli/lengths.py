@@ -77,8 +77,10 @@ def check_seed(seed: Any) -> int | None:
     return int(seed)
 
 
-def _length_error(value: Any, where: str, max_seq_len: int) -> InputError:
-    if _is_int(value) and int(value) > max_seq_len:
+def _length_error(value: Any, where: str, max_seq_len: int | None) -> InputError:
+    if isinstance(value, float) and value.is_integer():
+        value = int(value)  # a whole float from a float array: report it as the count it is
+    if _is_int(value) and max_seq_len is not None and int(value) > max_seq_len:
         return InputError(
             f"length {int(value)} {where} exceeds max_seq_len {max_seq_len}; {_OVER_CAP_FIX}"
         )
@@ -93,14 +95,15 @@ def _length_error(value: Any, where: str, max_seq_len: int) -> InputError:
     )
 
 
-def validate_length_array(lengths: Any, max_seq_len: int) -> np.ndarray:
+def validate_length_array(lengths: Any, max_seq_len: int | None) -> np.ndarray:
     """Return `lengths` as a 1-D int64 array, each in [1, max_seq_len], or raise `InputError`.
 
     Accepts lists, tuples and numpy arrays of any integer dtype. Floats are accepted only when
     every value is a whole number (a float column of token counts); 3.5, NaN, bools and strings
-    are refused. The array is not copied when it already is int64.
+    are refused. `max_seq_len=None` checks only that lengths are positive. The array is not
+    copied when it already is int64.
     """
-    max_seq_len = check_max_seq_len(max_seq_len)
+    limit = check_max_seq_len(max_seq_len) if max_seq_len is not None else None
     if isinstance(lengths, (list, tuple)):
         # np.asarray would silently turn True into 1 and "5" into a string array: look at the
         # element types first (one C-level pass, no per-item Python loop).
@@ -111,30 +114,28 @@ def validate_length_array(lengths: Any, max_seq_len: int) -> np.ndarray:
         bad += [kind for kind in kinds if issubclass(kind, (bool, np.bool_))]
         if bad:
             index = next(i for i, value in enumerate(lengths) if type(value) in bad)
-            raise _length_error(lengths[index], f"at index {index}", max_seq_len)
+            raise _length_error(lengths[index], f"at index {index}", limit)
     array = np.asarray(lengths)
     if array.ndim != 1:
         raise InputError(
             f"lengths must be a flat sequence of integers, got an array of shape {array.shape}; "
             "pass one length per sequence"
         )
-    if array.dtype.kind == "f":
-        whole = np.isfinite(array) & (np.floor(array) == array)
-        if not whole.all():
-            index = int(np.flatnonzero(~whole)[0])
-            raise _length_error(array[index].item(), f"at index {index}", max_seq_len)
-        array = array.astype(np.int64)  # values are checked against max_seq_len below
-    elif array.dtype.kind not in "iu":
-        if array.size == 0:
-            return np.zeros(0, dtype=np.int64)
-        raise _length_error(array.reshape(-1)[0].item(), "at index 0", max_seq_len)
     if array.size == 0:
         return np.zeros(0, dtype=np.int64)
-    # Check in the input dtype so huge uint64 values cannot wrap when cast to int64.
-    bad_mask = (array <= 0) | (array > max_seq_len)
-    if bad_mask.any():
-        index = int(np.flatnonzero(bad_mask)[0])
-        raise _length_error(int(array[index]), f"at index {index}", max_seq_len)
+    if array.dtype.kind == "f":
+        not_whole = ~(np.isfinite(array) & (np.floor(array) == array))
+        if not_whole.any():
+            index = int(np.flatnonzero(not_whole)[0])
+            raise _length_error(array[index].item(), f"at index {index}", limit)
+    elif array.dtype.kind not in "iu":
+        raise _length_error(array[0].item(), "at index 0", limit)
+    # Compare in the input dtype, before any cast, so that huge values cannot wrap.
+    upper = limit if limit is not None else np.iinfo(np.int64).max
+    out_of_range = (array <= 0) | (array > upper)
+    if out_of_range.any():
+        index = int(np.flatnonzero(out_of_range)[0])
+        raise _length_error(array[index].item(), f"at index {index}", limit)
     return array.astype(np.int64, copy=False)
 
 

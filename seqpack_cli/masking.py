@@ -333,7 +333,7 @@ def _document_blocks(
     num_blocks = -(-num_cols // block_size)
     tail = num_blocks * block_size - num_cols
 
-    def blocked(values: torch.Tensor, fill: int | bool) -> torch.Tensor:
+    def blocked(values: Any, fill: int | bool) -> Any:
         # torch.cat, not F.pad: F.pad's fill goes through a float and would wrap int64 max.
         filler = values.new_full((num_rows, tail), fill)
         return torch.cat([values, filler], dim=1).view(num_rows, num_blocks, block_size)
@@ -347,7 +347,7 @@ def _document_blocks(
     all_padding = is_padding.all(-1)
     has_padding = is_padding.any(-1)
 
-    def pairs(q_side: torch.Tensor, k_side: torch.Tensor) -> torch.Tensor:
+    def pairs(q_side: Any, k_side: Any) -> Any:
         return q_side[:, :, None] & k_side[:, None, :]
 
     overlap = (low[:, :, None] <= high[:, None, :]) & (low[:, None, :] <= high[:, :, None])

@@ -26,6 +26,7 @@ import hashlib
 import json
 import mmap
 import os
+import re
 import shutil
 import signal
 import sys
@@ -122,12 +123,33 @@ def templates_to_json(templates: Mapping[tuple[int, ...], int]) -> bytes:
 
 
 def _npy_header(count: int) -> bytes:
-    import io
+    """The .npy (version 1.0) header of a 1-d little-endian int64 array, byte for byte what
+    `np.save` writes; built directly because numpy's writer costs ~30 us per pool."""
+    text = f"{{'descr': '<i8', 'fortran_order': False, 'shape': ({int(count)},), }}"
+    # numpy pads magic (6) + version (2) + length (2) + header + newline to a multiple of 64.
+    padding = -(10 + len(text) + 1) % 64
+    body = (text + " " * padding + "\n").encode("latin1")
+    return b"\x93NUMPY\x01\x00" + len(body).to_bytes(2, "little") + body
 
-    buffer = io.BytesIO()
-    header = {"descr": _POOL_DTYPE.str, "fortran_order": False, "shape": (int(count),)}
-    np.lib.format.write_array_header_1_0(buffer, header)
-    return buffer.getvalue()
+
+_HEADER = re.compile(rb"\{'descr': '<i8', 'fortran_order': False, 'shape': \((\d+),\), \} *\n")
+
+
+def _read_npy_header(handle: Any) -> tuple[np.dtype[Any], tuple[int, ...], int]:
+    """(dtype, shape, data offset) of an open .npy file; fast for the headers prepare writes."""
+    start = handle.read(10)
+    if start[:8] == b"\x93NUMPY\x01\x00":
+        body = handle.read(int.from_bytes(start[8:10], "little"))
+        match = _HEADER.fullmatch(body)
+        if match:
+            return _POOL_DTYPE, (int(match.group(1)),), 10 + len(body)
+    handle.seek(0)
+    version = np.lib.format.read_magic(handle)
+    if version == (1, 0):
+        shape, _fortran, dtype = np.lib.format.read_array_header_1_0(handle)
+    else:
+        shape, _fortran, dtype = np.lib.format.read_array_header_2_0(handle)
+    return dtype, shape, handle.tell()
 
 
 def _is_alive(pid: int) -> bool:
@@ -207,6 +229,7 @@ class PreparedWriter:
         token = f"{os.getpid()}-{uuid.uuid4().hex[:8]}"
         self.tmp_path = self.output.parent / f".{self.output.name}{_TMP_MARKER}{token}"
         self._old_path = self.output.parent / f".{self.output.name}{_OLD_MARKER}{token}"
+        self._tmp_text = os.fspath(self.tmp_path)
         self._files: dict[str, dict[str, Any]] = {}
         self._lock = threading.Lock()
         self._previous_sigterm: Any = None
@@ -281,7 +304,7 @@ class PreparedWriter:
         header = _npy_header(count)
         digest = hashlib.sha256(header)
         written = 0
-        with open(self.tmp_path / name, "wb") as handle:
+        with open(os.path.join(self._tmp_text, name), "wb", buffering=0) as handle:
             handle.write(header)
             for chunk in chunks:
                 data = np.ascontiguousarray(chunk, dtype=_POOL_DTYPE)
@@ -290,7 +313,7 @@ class PreparedWriter:
                 handle.write(view)
                 written += data.size
         if written != count:
-            raise RuntimeError(f"pool {length}: wrote {written} ids, header says {count}")
+            raise RuntimeError(f"pool {length}: wrote {written} ids, its header says {count}")
         self._record(name, len(header) + 8 * count, digest.hexdigest())
 
     def commit(self, manifest: Mapping[str, Any]) -> Path:
@@ -431,12 +454,7 @@ def _open_pool(path: Path, name: str, expected: int, *, mmap_pools: bool) -> np.
     file_path = path / name
     try:
         with open(file_path, "rb") as handle:
-            version = np.lib.format.read_magic(handle)
-            if version == (1, 0):
-                shape, fortran, dtype = np.lib.format.read_array_header_1_0(handle)
-            else:
-                shape, fortran, dtype = np.lib.format.read_array_header_2_0(handle)
-            offset = handle.tell()
+            dtype, shape, offset = _read_npy_header(handle)
             if dtype != _POOL_DTYPE or len(shape) != 1:
                 raise _fail(path, f"{name} holds {dtype} {shape}; expected a 1-d int64 array")
             if shape[0] != expected:

@@ -8,12 +8,14 @@ the HTML report so both read the same.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 
 from rich.console import Console, Group, RenderableType
 from rich.table import Table
 from rich.text import Text
 
+from seqpack_cli.stats import PackingStats
 from seqpack_cli.sweep import (
     NO_PACKING_DESCRIPTION,
     SEQUENTIAL_DESCRIPTION,
@@ -25,6 +27,8 @@ from seqpack_cli.sweep import (
 
 __all__ = [
     "efficiency_style",
+    "format_efficiency",
+    "format_padding",
     "format_percent",
     "format_template",
     "render_profile",
@@ -36,9 +40,25 @@ _BAR_WIDTH = 32
 _EIGHTHS = " ▏▎▍▌▋▊▉█"  # partial blocks: a bar's length resolves to 1/8 of a character
 
 
-def format_percent(fraction: float, digits: int = 1) -> str:
-    """`0.98765` -> `98.8%`."""
-    return f"{fraction * 100:.{digits}f}%"
+def format_percent(fraction: float, digits: int = 1, *, rounding: str = "nearest") -> str:
+    """`0.98765` -> `98.8%`; `rounding` "down" or "up" keeps 100.00% / 0.00% for exact values."""
+    if rounding == "nearest":
+        return f"{fraction * 100:.{digits}f}%"
+    scale = 10**digits
+    # round the scaled value first so float noise (99.99999999 for 100) does not floor a step down
+    value = round(fraction * 100 * scale, 6)
+    steps = math.floor(value) if rounding == "down" else math.ceil(value)
+    return f"{steps / scale:.{digits}f}%"
+
+
+def format_efficiency(fraction: float) -> str:
+    """An efficiency with 2 decimals, rounded down: `100.00%` only when nothing is wasted."""
+    return format_percent(fraction, 2, rounding="down")
+
+
+def format_padding(fraction: float) -> str:
+    """A padding ratio with 2 decimals, rounded up: `0.00%` only when nothing is wasted."""
+    return format_percent(fraction, 2, rounding="up")
 
 
 def format_template(template: Sequence[int], max_parts: int = 8) -> str:
@@ -93,19 +113,21 @@ def _chart(title: str, buckets: Sequence[Bucket], unit: str, *, label_header: st
 
 
 def _efficiency(fraction: float) -> Text:
-    return Text(format_percent(fraction, 2), style=efficiency_style(fraction))
+    return Text(format_efficiency(fraction), style=efficiency_style(fraction))
 
 
-def _comparison_table(
-    packed_bins: int, packed_eff: float, baselines: Sequence[BaselineStats]
-) -> Table:
+def _comparison_table(stats: PackingStats, baselines: Sequence[BaselineStats]) -> Table:
+    packed_bins, packed_eff = stats.num_bins, stats.efficiency
+    packed_seqs_per_bin = stats.avg_seqs_per_bin
     table = Table(title="Against packing without seqpack", title_justify="left", box=None)
     table.add_column("method", style="bold")
     table.add_column("bins", justify="right")
     table.add_column("efficiency", justify="right")
     table.add_column("seqs/bin", justify="right")
     table.add_column("seqpack saves", justify="right")
-    table.add_row("seqpack", f"{packed_bins:,}", _efficiency(packed_eff), "", "")
+    table.add_row(
+        "seqpack", f"{packed_bins:,}", _efficiency(packed_eff), f"{packed_seqs_per_bin:.2f}", ""
+    )
     for baseline in baselines:
         saved = 1.0 - packed_bins / baseline.num_bins if baseline.num_bins else 0.0
         name = _baseline_name(baseline)
@@ -157,7 +179,7 @@ def render_profile(
             f"+{format_percent(above_bound, 2)})",
         ),
         ("efficiency", _efficiency(stats.efficiency)),
-        ("padding", f"{stats.padding:,} tokens ({format_percent(stats.padding_ratio, 2)})"),
+        ("padding", f"{stats.padding:,} tokens ({format_padding(stats.padding_ratio)})"),
         (
             "fullness",
             f"p50 {format_percent(stats.bin_fullness_p50)}  "
@@ -192,9 +214,7 @@ def render_profile(
     parts: list[RenderableType] = [
         summary,
         Text(),
-        _comparison_table(
-            stats.num_bins, stats.efficiency, [profile.sequential, profile.no_packing]
-        ),
+        _comparison_table(stats, [profile.sequential, profile.no_packing]),
         Text(),
         _chart("Sequence lengths", profile.length_buckets, "sequences", label_header="length"),
         Text(),
@@ -264,7 +284,7 @@ def render_sweep(console: Console, result: SweepResult, *, title: str) -> None:
                 f"{row.max_seq_len:,}" if index == 0 else "",
                 name,
                 Text(text_bar(fraction), style=efficiency_style(fraction)),
-                format_percent(fraction, 2),
+                format_efficiency(fraction),
                 end_section=index == 2,
             )
 

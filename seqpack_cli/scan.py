@@ -22,7 +22,9 @@ import logging
 import os
 import queue
 import threading
+from collections import deque
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
@@ -340,6 +342,20 @@ def scan_length_histogram(
 
 # ---- the pools pass ---------------------------------------------------------------------------
 
+PoolSink = Callable[[int, int, Iterable[np.ndarray]], None]
+"""`sink(length, count, ascending_id_chunks)` writes one pool (`PreparedWriter.write_pool`)."""
+
+_BATCH_ROWS = 1 << 19  # rows per Arrow batch streamed from DuckDB
+_REMAP_ROWS = 1 << 23  # re-map the work file this often, so written pages leave our RSS
+_UNIT_IDS = 1 << 21  # split work unit: consecutive pools holding about this many ids (16 MiB)
+_MAX_SORT_IDS = 1 << 24  # a larger pool is sorted in runs of this size, then merged (128 MiB)
+_MAX_BYTEMAP_IDS = 1 << 28  # id ranges up to this are checked with one byte per possible id
+_MAX_WORKERS = 8
+
+
+def _num_workers(threads: int | None) -> int:
+    return max(1, min(threads or os.cpu_count() or 1, _MAX_WORKERS))
+
 
 class _NullIds(Exception):
     """Raised by the batch producer when the id column holds NULLs (worded by the caller)."""
@@ -351,11 +367,11 @@ _DONE = object()
 def _stream_batches(
     con: duckdb.DuckDBPyConnection, sql: str, params: Mapping[str, Any]
 ) -> Iterator[list[np.ndarray]]:
-    """Arrow batches of a query as numpy columns, fetched by a thread one step ahead.
+    """A query's Arrow batches as numpy columns, fetched by a thread one step ahead.
 
-    DuckDB decodes the next batch (without the GIL) while the caller scatters this one.
+    DuckDB decodes the next batches (without the GIL) while the caller places this one.
     """
-    batches: queue.Queue[Any] = queue.Queue(maxsize=_QUEUED_BATCHES)
+    batches: queue.Queue[Any] = queue.Queue(maxsize=2)
     stop = threading.Event()
 
     def put(item: Any) -> bool:
@@ -404,7 +420,7 @@ class PoolScan:
 
 
 class _Layout:
-    """Where each length's pool sits in the flat work file (pools back to back, ascending)."""
+    """Where each length's pool sits in the flat work file: pools back to back, ascending."""
 
     def __init__(self, counts: Mapping[int, int]) -> None:
         self.lengths = np.array(sorted(counts), dtype=np.int64)
@@ -412,11 +428,23 @@ class _Layout:
         self.starts = np.zeros(len(self.lengths) + 1, dtype=np.int64)
         np.cumsum(self.sizes, out=self.starts[1:])
         self.num_ids = int(self.starts[-1])
-        # Dense index of each length; one past the last for lengths the histogram did not see.
+        # Dense index of each length; `num` (one past the last) marks lengths not in the counts.
         num = len(self.lengths)
         index_dtype = np.uint16 if num < np.iinfo(np.uint16).max else np.uint32
         self.index = np.full(int(self.lengths[-1]) + 2, num, dtype=index_dtype)
         self.index[self.lengths] = np.arange(num)
+
+    def units(self) -> list[tuple[int, int]]:
+        """Runs of consecutive pools of about `_UNIT_IDS` ids: the split's units of work."""
+        units = []
+        first = 0
+        for position in range(1, len(self.lengths) + 1):
+            if self.starts[position] - self.starts[first] >= _UNIT_IDS or position == len(
+                self.lengths
+            ):
+                units.append((first, position))
+                first = position
+        return units
 
 
 def _changed_error() -> InputError:
@@ -426,63 +454,95 @@ def _changed_error() -> InputError:
     )
 
 
+def _place(
+    flat: np.memmap,
+    index: np.ndarray,
+    ids: np.ndarray,
+    batch_counts: np.ndarray,
+    base: np.ndarray,
+    *,
+    track_range: bool,
+) -> tuple[int, int] | None:
+    """Write one batch's ids to their reserved slots (`base[pool]` onwards for each pool)."""
+    # A stable counting order (radix sort on the uint16 index) keeps each pool's ids in stream
+    # order, so already-ascending ids need no sort later.
+    order = np.argsort(index, kind="stable")
+    batch_starts = np.cumsum(batch_counts) - batch_counts
+    positions = np.repeat(base - batch_starts, batch_counts)
+    positions += np.arange(len(index), dtype=np.int64)
+    flat[positions] = ids[order]
+    return (int(ids.min()), int(ids.max())) if track_range else None
+
+
 def _scatter(
     batches: Iterator[list[np.ndarray]],
     layout: _Layout,
     flat_path: Path,
     to_ids: Callable[[list[np.ndarray]], np.ndarray],
     *,
+    workers: int,
     track_range: bool,
     progress: ProgressCallback | None,
 ) -> tuple[int | None, int | None]:
-    """Write every id of every batch to its pool's next free slot in the flat work file."""
+    """Put every streamed id at its pool's next free slot of the flat work file.
+
+    This thread reserves each batch's slots (a bincount per batch moves per-pool cursors);
+    worker threads order and write the batches, which touch disjoint slots.
+    """
     num = len(layout.lengths)
     cursor = layout.starts[:-1].copy()
     ends = layout.starts[1:]
-    offsets = np.arange(_BATCH_ROWS, dtype=np.int64)
-    id_min: int | None = None
-    id_max: int | None = None
-    flat: np.memmap | None = None
-    since_remap = 0
+    last_index = len(layout.index) - 1
+    low: int | None = None
+    high: int | None = None
+    pending: deque[Future[tuple[int, int] | None]] = deque()
+
+    def collect(future: Future[tuple[int, int] | None]) -> None:
+        nonlocal low, high
+        result = future.result()
+        if result is not None:
+            low = result[0] if low is None else min(low, result[0])
+            high = result[1] if high is None else max(high, result[1])
+
+    flat = np.memmap(flat_path, dtype=np.int64, mode="r+", shape=(layout.num_ids,))
+    mapped_rows = 0
     done = 0
-    for columns in batches:
-        lengths = columns[0]
-        ids = to_ids(columns)
-        size = len(lengths)
-        if size == 0:
-            continue
-        if size > len(offsets):
-            offsets = np.arange(size, dtype=np.int64)
-        index = layout.index[np.minimum(lengths, len(layout.index) - 1)]
-        batch_counts = np.bincount(index, minlength=num + 1)
-        if batch_counts[num] or np.any(cursor + batch_counts[:num] > ends):
-            raise _changed_error()
-        batch_counts = batch_counts[:num]
-        # Stable counting order (radix for uint16 indexes): each pool's ids stay in stream order.
-        order = np.argsort(index, kind="stable")
-        batch_starts = np.cumsum(batch_counts) - batch_counts
-        positions = np.repeat(cursor - batch_starts, batch_counts)
-        positions += offsets[:size]
-        if flat is None or since_remap >= _REMAP_ROWS:
-            # Dropping the mapping drops its written pages from this process's RSS (they stay in
-            # the page cache), so resident memory does not grow with the number of rows.
-            flat = None
-            flat = np.memmap(flat_path, dtype=np.int64, mode="r+", shape=(layout.num_ids,))
-            since_remap = 0
-        flat[positions] = ids[order]
-        cursor += batch_counts
-        if track_range:
-            low, high = int(ids.min()), int(ids.max())
-            id_min = low if id_min is None else min(id_min, low)
-            id_max = high if id_max is None else max(id_max, high)
-        since_remap += size
-        done += size
-        if progress is not None:
-            progress("pools", done, layout.num_ids)
+    with ThreadPoolExecutor(workers, thread_name_prefix="seqpack-scatter") as executor:
+        for columns in batches:
+            size = len(columns[0])
+            if not size:
+                continue
+            ids = to_ids(columns)
+            index = layout.index[np.clip(columns[0], 0, last_index)]
+            batch_counts = np.bincount(index, minlength=num + 1)
+            if batch_counts[num] or np.any(cursor + batch_counts[:num] > ends):
+                raise _changed_error()
+            batch_counts = batch_counts[:num]
+            if mapped_rows >= _REMAP_ROWS:
+                # Dropping the mapping drops its written pages from this process's RSS (they
+                # stay in the page cache), so resident memory does not grow with the rows.
+                while pending:
+                    collect(pending.popleft())
+                flat = np.memmap(flat_path, dtype=np.int64, mode="r+", shape=(layout.num_ids,))
+                mapped_rows = 0
+            pending.append(
+                executor.submit(
+                    _place, flat, index, ids, batch_counts, cursor.copy(), track_range=track_range
+                )
+            )
+            cursor += batch_counts
+            mapped_rows += size
+            done += size
+            while len(pending) > workers:
+                collect(pending.popleft())
+            if progress is not None:
+                progress("pools", done, layout.num_ids)
+        while pending:
+            collect(pending.popleft())
     del flat
     if not np.array_equal(cursor, ends):
         raise _changed_error()
-    return id_min, id_max
+    return low, high
 
 
 def _read_ids(handle: Any, start: int, count: int) -> np.ndarray:
@@ -498,29 +558,38 @@ def _read_ids(handle: Any, start: int, count: int) -> np.ndarray:
     return ids
 
 
-def _is_sorted(ids: np.ndarray) -> bool:
-    return ids.size < 2 or not bool(np.any(ids[1:] < ids[:-1]))
+def _sort_pools(data: np.ndarray, bounds: np.ndarray) -> None:
+    """Sort, in place, each pool `data[bounds[i]:bounds[i+1]]` that is not ascending already."""
+    if data.size < 2:
+        return
+    breaks = np.flatnonzero(data[1:] < data[:-1]) + 1
+    if not breaks.size:
+        return
+    owners = np.searchsorted(bounds, breaks, side="right") - 1
+    inner = breaks != bounds[owners]  # a drop right at a pool's start is not disorder
+    for pool in np.unique(owners[inner]).tolist():
+        data[bounds[pool] : bounds[pool + 1]].sort()
 
 
 def _merged_runs(flat_path: Path, start: int, count: int) -> Iterator[np.ndarray]:
-    """One big pool in ascending chunks: sort runs in place in the work file, then merge them.
+    """One big pool in ascending chunks: runs sorted in place in the work file, then merged.
 
-    The merge takes a block from each run; everything up to the smallest block end among runs
-    with more data left is final, so it is cut off, sorted and emitted. Memory: one block per run.
+    The merge holds one block per run; everything up to the smallest block end among runs with
+    more data left is final, so it is cut off, sorted and emitted.
     """
-    run_size = _MAX_SORT_IDS
-    runs = [(s, min(s + run_size, start + count)) for s in range(start, start + count, run_size)]
+    stop = start + count
+    runs = [(s, min(s + _MAX_SORT_IDS, stop)) for s in range(start, stop, _MAX_SORT_IDS)]
     with open(flat_path, "r+b") as handle:
         for run_start, run_stop in runs:
             run = _read_ids(handle, run_start, run_stop - run_start)
-            if not _is_sorted(run):
+            if not _is_ascending(run):
                 run.sort()
                 handle.seek(8 * run_start)
                 handle.write(memoryview(run).cast("B"))
-        del run
-        block = max(run_size // len(runs), 1 << 12)
+            del run
+        block = max(_MAX_SORT_IDS // len(runs), 1 << 12)
         heads: list[np.ndarray] = []
-        next_read = []
+        next_read: list[int] = []
         for run_start, run_stop in runs:
             take = min(block, run_stop - run_start)
             heads.append(_read_ids(handle, run_start, take))
@@ -534,7 +603,7 @@ def _merged_runs(flat_path: Path, start: int, count: int) -> Iterator[np.ndarray
                 cut = head.size if cutoff is None else int(np.searchsorted(head, cutoff, "right"))
                 parts.append(head[:cut])
                 heads[i] = head[cut:]
-                if heads[i].size == 0 and more[i]:
+                if not heads[i].size and more[i]:
                     take = min(block, runs[i][1] - next_read[i])
                     heads[i] = _read_ids(handle, next_read[i], take)
                     next_read[i] += take
@@ -543,93 +612,178 @@ def _merged_runs(flat_path: Path, start: int, count: int) -> Iterator[np.ndarray
             yield merged
 
 
-class _DuplicateFinder:
-    """Finds ids that occur twice, pool by pool, with one bitmap over all ids.
+def _is_ascending(ids: np.ndarray) -> bool:
+    return ids.size < 2 or not bool(np.any(ids[1:] < ids[:-1]))
 
-    When the id range fits the bitmap (up to 2**30 ids, 128 MiB, untouched pages cost nothing)
-    every flagged id is a real duplicate. Sparser ids are hashed into the bitmap; flagged ids are
-    then only candidates, confirmed exactly by DuckDB afterwards.
+
+class _DenseIdCheck:
+    """Duplicate ids in a range of at most `_MAX_BYTEMAP_IDS`: one byte per possible id.
+
+    Marking is an idempotent byte store, so threads need no lock; duplicates exist exactly when
+    fewer bytes are marked than ids were added.
     """
 
-    max_bits = 1 << 30
+    def __init__(self, id_min: int, id_max: int) -> None:
+        self.id_min = id_min
+        self.seen = np.zeros(id_max - id_min + 1, dtype=np.uint8)
+
+    def add(self, ids: np.ndarray) -> None:
+        self.seen[ids - self.id_min] = 1
+
+    def maybe_duplicates(self, num_ids: int) -> bool:
+        return int(np.count_nonzero(self.seen)) != num_ids
+
+
+class _SparseIdCheck:
+    """Duplicate-id candidates for sparse ids: ids hashed into a 2**30-bit bitmap (128 MiB).
+
+    An id whose bit is already set is a candidate (a duplicate or a hash collision); DuckDB
+    confirms candidates exactly afterwards. Past `max_candidates` collisions it gives up and
+    DuckDB checks every id.
+    """
+
+    bits_log2 = 30
     max_candidates = 1 << 23
     _golden = np.uint64(0x9E3779B97F4A7C15)
 
-    def __init__(self, id_min: int, id_max: int) -> None:
-        span = id_max - id_min + 1
-        self.exact = span <= self.max_bits
-        self.id_min = id_min
-        self.bitmap = np.zeros(((span if self.exact else self.max_bits) + 7) // 8, np.uint8)
+    def __init__(self, id_min: int) -> None:
+        self.id_min = np.uint64(id_min & (2**64 - 1))
+        self.bitmap = np.zeros(1 << (self.bits_log2 - 3), dtype=np.uint8)
         self.candidates: list[np.ndarray] = []
         self.num_candidates = 0
         self.overflow = False
         self._lock = threading.Lock()
 
     def add(self, ids: np.ndarray) -> None:
-        """Record one ascending chunk of one pool."""
-        if ids.size == 0:
-            return
-        if self.exact:
-            values = (ids - self.id_min).astype(np.uint64)
-            keyed = ids
-        else:
-            shifted = ids.view(np.uint64) - np.uint64(self.id_min & (2**64 - 1))
-            hashed = (shifted * self._golden) >> np.uint64(64 - 30)
-            order = np.argsort(hashed)
-            values, keyed = hashed[order], ids[order]
+        hashed = ((ids.view(np.uint64) - self.id_min) * self._golden) >> np.uint64(
+            64 - self.bits_log2
+        )
+        order = np.argsort(hashed)
+        values, keyed = hashed[order], ids[order]
         byte = values >> np.uint64(3)
         bit = np.left_shift(np.uint8(1), (values & np.uint64(7)).astype(np.uint8))
-        group = np.flatnonzero(byte[1:] != byte[:-1]) + 1
-        first = np.concatenate(([0], group))
+        # Equal bytes are adjacent after the sort: OR their bits together so one store per byte
+        # loses nothing.
+        first = np.concatenate(([0], np.flatnonzero(byte[1:] != byte[:-1]) + 1))
+        combined = np.bitwise_or.reduceat(bit, first)
         with self._lock:
-            seen = (self.bitmap[byte] & bit) != 0
-            seen[1:] |= values[1:] == values[:-1]
-            if seen.any():
-                flagged = keyed[seen]
-                if self.num_candidates + flagged.size > self.max_candidates:
+            flagged = (self.bitmap[byte] & bit) != 0
+            flagged[1:] |= values[1:] == values[:-1]
+            if flagged.any():
+                found = keyed[flagged]
+                self.num_candidates += found.size
+                if self.num_candidates > self.max_candidates:
                     self.overflow = True
-                else:
-                    self.candidates.append(flagged)
-                self.num_candidates += flagged.size
-            self.bitmap[byte[first]] |= np.bitwise_or.reduceat(bit, first)
+                    self.candidates = []
+                elif not self.overflow:
+                    self.candidates.append(found)
+            self.bitmap[byte[first]] |= combined
+
+
+def _id_check(id_min: int, id_max: int) -> _DenseIdCheck | _SparseIdCheck:
+    if id_max - id_min < _MAX_BYTEMAP_IDS:
+        return _DenseIdCheck(id_min, id_max)
+    return _SparseIdCheck(id_min)
 
 
 def _check_duplicates(
     con: duckdb.DuckDBPyConnection,
-    finder: _DuplicateFinder,
+    check: _DenseIdCheck | _SparseIdCheck,
+    num_ids: int,
     files: Sequence[InputFile],
     id_column: str,
     work_dir: Path,
 ) -> None:
-    if finder.num_candidates == 0:
-        return
     params: dict[str, Any] = {"paths": [f.path.as_posix() for f in files], "id_column": id_column}
-    if finder.exact and not finder.overflow:
-        flagged = np.concatenate(finder.candidates)
-        num_ids, num_extra, example = len(np.unique(flagged)), flagged.size, int(flagged.min())
-    else:
-        try:
-            if finder.overflow:
-                logger.info("many id collisions in the bitmap: checking duplicates with DuckDB")
-                row = con.sql(load_sql("duplicate_ids_all"), params=params).fetchone()
-            else:
-                candidates_path = work_dir / "candidate_ids.parquet"
-                pq.write_table(pa.table({"id": np.concatenate(finder.candidates)}), candidates_path)
-                params["candidates_path"] = candidates_path.as_posix()
-                row = con.sql(load_sql("duplicate_ids"), params=params).fetchone()
-                del params["candidates_path"]
-        except duckdb.Error as error:
-            raise _read_error(error) from None
-        num_ids, num_extra, example = row  # type: ignore[misc]
-        if not num_ids:
+    try:
+        if isinstance(check, _DenseIdCheck):
+            if not check.maybe_duplicates(num_ids):
+                return
+            row = con.sql(load_sql("duplicate_ids_all"), params=params).fetchone()
+        elif not check.num_candidates:
             return
-    where = con.sql(load_sql("id_locations"), params={**params, "id": example}).fetchall()
+        elif check.overflow:
+            logger.info("many id collisions in the bitmap: checking duplicates with DuckDB")
+            row = con.sql(load_sql("duplicate_ids_all"), params=params).fetchone()
+        else:
+            candidates_path = work_dir / "candidate_ids.parquet"
+            pq.write_table(pa.table({"id": np.concatenate(check.candidates)}), candidates_path)
+            row = con.sql(
+                load_sql("duplicate_ids"),
+                params={**params, "candidates_path": candidates_path.as_posix()},
+            ).fetchone()
+        num_duplicated, num_extra, example = row  # type: ignore[misc]
+        if not num_duplicated:
+            return
+        where = con.sql(load_sql("id_locations"), params={**params, "id": example}).fetchall()
+    except duckdb.Error as error:
+        raise _read_error(error) from None
     places = " and ".join(_location(files, file_index, row) for file_index, row in where)
     raise InputError(
-        f"id column {id_column!r} (--id-column) has {num_ids} duplicated ids ({num_extra} extra "
-        f"rows), e.g. id {example} in {places}; ids must be unique: fix the data, or drop "
-        "--id-column to use row indexes as ids"
+        f"id column {id_column!r} (--id-column) has {num_duplicated} duplicated ids "
+        f"({num_extra} extra rows), e.g. id {example} in {places}; ids must be unique: fix the "
+        "data, or drop --id-column to use row indexes as ids"
     )
+
+
+def _split_pools(
+    layout: _Layout,
+    flat_path: Path,
+    check: _DenseIdCheck | _SparseIdCheck | None,
+    write_pool: PoolSink,
+    *,
+    workers: int,
+    progress: ProgressCallback | None,
+) -> None:
+    """Cut the flat work file into one ascending pool per length, `workers` units at a time."""
+    lengths = layout.lengths.tolist()
+    starts = layout.starts
+    done = 0
+    lock = threading.Lock()
+
+    def split(first: int, stop: int) -> None:
+        nonlocal done
+        count = int(starts[stop] - starts[first])
+        if stop - first == 1 and count > _MAX_SORT_IDS:
+            chunks: Iterable[np.ndarray] = _merged_runs(flat_path, int(starts[first]), count)
+            if check is not None:
+                chunks = _checked(chunks, check)
+            write_pool(lengths[first], count, chunks)
+        else:
+            with open(flat_path, "rb") as handle:
+                data = _read_ids(handle, int(starts[first]), count)
+            bounds = starts[first : stop + 1] - starts[first]
+            _sort_pools(data, bounds)
+            if check is not None:
+                check.add(data)
+            cuts = bounds.tolist()
+            for pool in range(first, stop):
+                pool_ids = data[cuts[pool - first] : cuts[pool - first + 1]]
+                write_pool(lengths[pool], pool_ids.size, [pool_ids])
+        with lock:
+            done += count
+
+    units = layout.units()
+    with ThreadPoolExecutor(workers, thread_name_prefix="seqpack-split") as executor:
+        pending: deque[Future[None]] = deque()
+        for first, stop in units:
+            pending.append(executor.submit(split, first, stop))
+            while len(pending) > workers:
+                pending.popleft().result()
+                if progress is not None:
+                    progress("write pools", done, layout.num_ids)
+        while pending:
+            pending.popleft().result()
+    if progress is not None:
+        progress("write pools", layout.num_ids, layout.num_ids)
+
+
+def _checked(
+    chunks: Iterable[np.ndarray], check: _DenseIdCheck | _SparseIdCheck
+) -> Iterator[np.ndarray]:
+    for chunk in chunks:
+        check.add(chunk)
+        yield chunk
 
 
 def scan_pools(
@@ -642,14 +796,17 @@ def scan_pools(
     max_seq_len: int,
     work_dir: Path,
     write_pool: PoolSink,
+    workers: int | None = None,
     progress: ProgressCallback | None = None,
 ) -> PoolScan:
     """Stream (length, id) once and write every length's ascending pool through `write_pool`.
 
     `counts` is the histogram of the lengths kept (all <= max_seq_len). Ids are the id column
     (checked: non-null, unique) or, without one, global row indexes over `files` in their order.
+    The flat work file (8 bytes per id) lives in `work_dir` and is deleted at the end.
     """
     layout = _Layout(counts)
+    num_workers = workers or _num_workers(None)
     paths = [file.path.as_posix() for file in files]
     params: dict[str, Any] = {
         "paths": paths,
@@ -680,11 +837,11 @@ def scan_pools(
             layout,
             flat_path,
             to_ids,
+            workers=num_workers,
             track_range=id_column is not None,
             progress=progress,
         )
     except _NullIds:
-        assert id_column is not None  # row-index ids are never NULL
         null_params = {"paths": paths, "id_column": id_column}
         file_index, row, num_null = con.sql(
             load_sql("first_null_id"), params=null_params
@@ -696,48 +853,12 @@ def scan_pools(
         ) from None
     except duckdb.Error as error:
         raise _read_error(error) from None
-
-    finder = None
+    check = None
     if id_column is not None and id_min is not None and id_max is not None:
-        finder = _DuplicateFinder(id_min, id_max)
-    _split_pools(layout, flat_path, finder, write_pool, progress)
-    if finder is not None:
-        assert id_column is not None
-        _check_duplicates(con, finder, files, id_column, work_dir)
+        check = _id_check(id_min, id_max)
+    _split_pools(layout, flat_path, check, write_pool, workers=num_workers, progress=progress)
     os.unlink(flat_path)
+    if check is not None:
+        assert id_column is not None
+        _check_duplicates(con, check, layout.num_ids, files, id_column, work_dir)
     return PoolScan(layout.num_ids, id_min, id_max)
-
-
-def _split_pools(
-    layout: _Layout,
-    flat_path: Path,
-    finder: _DuplicateFinder | None,
-    write_pool: PoolSink,
-    progress: ProgressCallback | None,
-) -> None:
-    """Cut the flat work file into one ascending pool per length."""
-    done = 0
-    with open(flat_path, "rb") as handle:
-        for position, length in enumerate(layout.lengths.tolist()):
-            start = int(layout.starts[position])
-            count = int(layout.sizes[position])
-            chunks: Iterable[np.ndarray]
-            if count <= _MAX_SORT_IDS:
-                ids = _read_ids(handle, start, count)
-                if not _is_sorted(ids):
-                    ids.sort()
-                chunks = [ids]
-            else:
-                chunks = _merged_runs(flat_path, start, count)
-            if finder is not None:
-                chunks = _watched(chunks, finder)
-            write_pool(length, count, chunks)
-            done += count
-            if progress is not None:
-                progress("write pools", done, layout.num_ids)
-
-
-def _watched(chunks: Iterable[np.ndarray], finder: _DuplicateFinder) -> Iterator[np.ndarray]:
-    for chunk in chunks:
-        finder.add(chunk)
-        yield chunk

@@ -51,14 +51,15 @@ _NP_30 = np.uint64(30)
 _NP_27 = np.uint64(27)
 _NP_31 = np.uint64(31)
 
-# Luby-Rackoff: 4 rounds of a pseudo-random function give a strong pseudo-random permutation,
-# which is what the large pools (where the ids are) get. Words under 16 bits (pools under
-# 32 Ki ids) get 8: with halves of a few bits, each round function is one of few possible maps,
-# and more rounds are what it takes for the permutations of a small pool to look uniform. They
-# cost nothing that matters, since such pools hold few ids.
+# Luby-Rackoff: 4 rounds of a pseudo-random function give a strong pseudo-random permutation.
+# Words under 8 bits (permutations of at most 128 elements) get 8 rounds: with halves of a few
+# bits each round function is one of few possible maps, and with 4 rounds the permutations of,
+# say, 5 elements are visibly non-uniform (chi-square of the position matrix ~5x its
+# expectation; ~1.4x with 8 rounds). Such pools hold few ids, so the extra rounds cost nothing
+# that matters.
 NUM_ROUNDS = 4
 NUM_ROUNDS_SMALL = 8
-SMALL_WIDTH = 16
+SMALL_WIDTH = 8
 # Round r xors C_r into the key (multiples of the 64-bit golden ratio: every bit differs between
 # rounds), so one key per permutation serves all rounds.
 _ROUND_CONSTANTS = [((r + 1) * 0x9E3779B97F4A7C15) & _MASK64 for r in range(NUM_ROUNDS_SMALL)]

@@ -76,14 +76,15 @@ class _OpenBins(Generic[T]):
 
     def place(self, length: int, item: T) -> None:
         """Put one item into the fullest bin it fits, or into a new bin."""
-        at = bisect.bisect_left(self._rooms, length)
-        if at < len(self._rooms):
-            room = self._rooms[at]
-            bucket = self._buckets[room]
+        rooms, buckets = self._rooms, self._buckets
+        at = bisect.bisect_left(rooms, length)
+        if at < len(rooms):
+            room = rooms[at]
+            bucket = buckets[room]
             target = bucket.popleft()
             if not bucket:
-                del self._buckets[room]
-                del self._rooms[at]
+                del buckets[room]
+                del rooms[at]
         else:
             target = _Bin(self._max_seq_len)
         target.items.append(item)
@@ -91,14 +92,11 @@ class _OpenBins(Generic[T]):
         self.num_items += 1
         if target.remaining == 0 or len(target.items) == self._max_seqs:
             self._done.append(target)
-        else:
-            self._push(target)
-
-    def _push(self, target: _Bin[T]) -> None:
-        bucket = self._buckets.get(target.remaining)
+            return
+        bucket = buckets.get(target.remaining)
         if bucket is None:
-            self._buckets[target.remaining] = deque([target])
-            bisect.insort(self._rooms, target.remaining)
+            buckets[target.remaining] = deque((target,))
+            bisect.insort(rooms, target.remaining)
         else:
             bucket.append(target)
 

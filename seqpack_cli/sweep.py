@@ -280,9 +280,14 @@ def linear_edges(max_value: int, num_buckets: int = 16) -> list[int]:
     return [min(width * k, max_value) for k in range(1, math.ceil(max_value / width) + 1)]
 
 
-def power_of_two_edges(max_value: int) -> list[int]:
-    """Upper edges 1, 2, 4, ... up to the first power of two >= max_value (log-width buckets)."""
-    return [1 << k for k in range(max(0, (max_value - 1).bit_length()) + 1)]
+def power_of_two_edges(max_value: int, min_value: int = 1) -> list[int]:
+    """Upper edges ..., 2^k, 2^(k+1), ... from the first >= min_value to the first >= max_value.
+
+    Log-width buckets suit length distributions (roughly log-normal) and put the usual
+    power-of-two `max_seq_len` values on bucket edges.
+    """
+    first = max(0, (max(1, min_value) - 1).bit_length())
+    return [1 << k for k in range(first, max(first, (max_value - 1).bit_length()) + 1)]
 
 
 def bucket_lengths(length_counts: Mapping[int, int], upper_edges: Sequence[int]) -> list[Bucket]:
@@ -495,7 +500,9 @@ def sweep_max_seq_len(
     return SweepResult(
         lengths=summarize_lengths(histogram),
         rows=rows,
-        length_buckets=bucket_lengths(histogram, power_of_two_edges(int(lengths[-1]))),
+        length_buckets=bucket_lengths(
+            histogram, power_of_two_edges(int(lengths[-1]), int(lengths[0]))
+        ),
         sample_size=sample_size,
         seed=seed,
         max_seqs_per_bin=max_seqs_per_bin,
@@ -531,16 +538,18 @@ def _fullness_buckets(sums: np.ndarray, weights: np.ndarray, max_seq_len: int) -
     return buckets
 
 
-def _seqs_per_bin_buckets(
-    sizes: np.ndarray, weights: np.ndarray, max_rows: int = 16
-) -> list[Bucket]:
+def _seqs_per_bin_buckets(sizes: np.ndarray, weights: np.ndarray) -> list[Bucket]:
+    """Bins per number of sequences: one row each for 1..8, then power-of-two ranges."""
     if sizes.size == 0:
         return []
     largest = int(sizes.max())
-    width = max(1, math.ceil(largest / max_rows))  # one row per count unless there are many
+    ranges = [(k, k) for k in range(1, min(largest, 8) + 1)]
+    low = 9
+    while low <= largest:
+        ranges.append((low, min(2 * (low - 1), largest)))
+        low = 2 * (low - 1) + 1
     buckets: list[Bucket] = []
-    for low in range(1, largest + 1, width):
-        high = min(low + width - 1, largest)
+    for low, high in ranges:
         mask = (sizes >= low) & (sizes <= high)
         label = str(low) if low == high else f"{low}–{high}"
         buckets.append(Bucket(label, low, high, int(weights[mask].sum())))

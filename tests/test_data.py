@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pickle
 from collections import Counter
-from itertools import islice
+from itertools import islice, pairwise
 from types import SimpleNamespace
 from typing import Any
 
@@ -414,3 +414,32 @@ def test_prepared_pools_are_reopened_not_pickled(corpus: Any, tmp_path: Any) -> 
     copy = pickle.loads(pickle.dumps(from_dir))
     assert all(isinstance(pool, np.ndarray) for pool in copy._pools.values())
     assert [_ids(row) for row in islice(copy, 50)] == [_ids(r) for r in islice(from_dir, 50)]
+
+
+def test_end_to_end_from_a_parquet_file(tmp_path: Any) -> None:
+    # parquet -> prepare_dataset -> load_prepared -> PackedIterableDataset: every sequence of the
+    # file comes out exactly once per epoch, with its own tokens, within max_seq_len.
+    pa = pytest.importorskip("pyarrow")
+    pq = pytest.importorskip("pyarrow.parquet")
+    from seqpack_cli.prepare import PrepareConfig, prepare_dataset
+
+    rng = np.random.default_rng(11)
+    token_lists = [rng.integers(1, 1000, int(n)).tolist() for n in rng.integers(1, 40, 150)]
+    table = pa.table({"input_ids": token_lists, "num_tokens": [len(t) for t in token_lists]})
+    pq.write_table(table, tmp_path / "train.parquet")
+    prepared = prepare_dataset(
+        PrepareConfig(
+            inputs=[tmp_path / "train.parquet"],
+            length_column="num_tokens",
+            max_seq_len=64,
+            output=tmp_path / "prepared",
+        )
+    )
+    ds = PackedIterableDataset(prepared, token_lists, pad_token_id=0, seed=3)
+    sequences = []
+    for row in ds:
+        assert row["input_ids"].shape == (1, 64)
+        ends = row["cu_seqlens"].tolist()
+        (tokens,) = row["input_ids"].tolist()
+        sequences += [tokens[a:b] for a, b in pairwise(ends)]
+    assert sorted(sequences) == sorted(token_lists)

@@ -7,6 +7,7 @@ import re
 from collections import Counter
 from html.parser import HTMLParser
 from pathlib import Path
+from typing import ClassVar
 
 import pytest
 from rich.console import Console
@@ -15,6 +16,8 @@ from seqpack_cli.errors import ConfigError
 from seqpack_cli.html_report import render_profile_html, render_sweep_html, write_html_report
 from seqpack_cli.report import (
     efficiency_style,
+    format_efficiency,
+    format_padding,
     format_percent,
     format_template,
     render_profile,
@@ -57,7 +60,10 @@ def test_text_bar_and_percent() -> None:
     assert text_bar(1 / 32, 4) == "▏   "  # one eighth of one character
     assert len(text_bar(0.37)) == len(text_bar(1.0))
     assert format_percent(0.98765) == "98.8%"
-    assert format_percent(0.98765, 2) == "98.77%"
+    assert format_percent(0.98766, 2) == "98.77%"
+    # efficiency rounds down and padding up, so 100.00% / 0.00% mean exactly no padding
+    assert format_efficiency(0.99999) == "99.99%" and format_efficiency(1.0) == "100.00%"
+    assert format_padding(0.00001) == "0.01%" and format_padding(0.0) == "0.00%"
     assert [efficiency_style(x) for x in (0.99, 0.9, 0.5)] == ["green", "yellow", "red"]
 
 
@@ -69,7 +75,7 @@ def test_profile_terminal_report(profile: PackingProfile) -> None:
     )
     stats = profile.stats
     assert "prepared/" in out and "a.parquet" in out
-    assert format_percent(stats.efficiency, 2) in out
+    assert format_efficiency(stats.efficiency) in out
     assert f"{stats.num_bins:,}" in out
     for heading in ("Sequence lengths", "Bin fullness", "Sequences per bin", "Most common"):
         assert heading in out
@@ -83,16 +89,16 @@ def test_sweep_terminal_report(sweep: SweepResult) -> None:
     assert "sweep of x.parquet" in out
     for row in sweep.rows:
         assert f"{row.max_seq_len:,}" in out
-        assert format_percent(row.packed.efficiency, 2) in out
-        assert format_percent(row.no_packing.efficiency, 2) in out
-    assert "2 (25.00%)" in out  # at 6 two of the 8 sequences are over the cap
+        assert format_efficiency(row.packed.efficiency) in out
+        assert format_efficiency(row.no_packing.efficiency) in out
+    assert "2 (28.57%)" in out  # at 6 two of the 7 sequences are over the cap
     assert "next-fit" in out  # the baseline is explained under the table
 
 
 class _Checker(HTMLParser):
     """Collects tags and checks that every non-void element is closed in order."""
 
-    VOID = {"meta", "br", "rect", "line", "img", "input", "link"}
+    VOID: ClassVar[set[str]] = {"meta", "br", "rect", "line", "img", "input", "link"}
 
     def __init__(self) -> None:
         super().__init__()
@@ -133,11 +139,14 @@ def assert_standalone_html(document: str) -> _Checker:
 
 def test_profile_html_is_standalone(profile: PackingProfile) -> None:
     document = render_profile_html(
-        profile, title="<script>alert(1)</script>", details=[("inputs", "a&b.parquet")], sample_size=9
+        profile,
+        title="<script>alert(1)</script>",
+        details=[("inputs", "a&b.parquet")],
+        sample_size=9,
     )
     assert_standalone_html(document)
     assert "&lt;script&gt;" in document and "a&amp;b.parquet" in document  # data is escaped
-    assert format_percent(profile.stats.efficiency, 2) in document
+    assert format_efficiency(profile.stats.efficiency) in document
     assert document.count("<svg") == 3  # lengths, fullness, sequences per bin
     assert "5×2" in document
 
@@ -147,7 +156,7 @@ def test_sweep_html_is_standalone(sweep: SweepResult) -> None:
     assert_standalone_html(document)
     assert document.count("<svg") == 2  # efficiency per max_seq_len, lengths
     for row in sweep.rows:
-        assert format_percent(row.packed.efficiency, 2) in document
+        assert format_efficiency(row.packed.efficiency) in document
     assert "next-fit" in document
 
 

@@ -25,8 +25,8 @@ from seqpack_cli.sweep import (
     sweep_max_seq_len,
 )
 
-# A small dataset whose figures can be worked out by hand: 8 sequences, 40 tokens.
-#   lengths 3,3 | 5,5,5 | 7 | 12 (one of each 7 and 12)
+# A small dataset whose figures can be worked out by hand: 7 sequences, 40 tokens.
+#   lengths 3,3 | 5,5,5 | 7 | 12
 SMALL = {3: 2, 5: 3, 7: 1, 12: 1}
 
 
@@ -68,7 +68,7 @@ def test_sweep_golden_small_dataset() -> None:
     direct = PackingStats.from_templates(pack_length_histogram_batched(kept, 10), 10)
     assert by_cap[10].packed.to_dict() == direct.to_dict()
 
-    # the dataset (8 sequences) is smaller than the sample: simulated whole, not scaled
+    # the dataset (7 sequences) is smaller than the sample: simulated whole, not scaled
     for row in result.rows:
         assert not row.sequential.estimated
         assert row.sequential.num_simulated == row.packed.num_sequences
@@ -77,13 +77,14 @@ def test_sweep_golden_small_dataset() -> None:
 def test_sweep_length_summary_and_histogram() -> None:
     result = sweep_max_seq_len(SMALL, [10])
     lengths = result.lengths
-    assert (lengths.num_sequences, lengths.num_tokens) == (8, 40)
+    assert (lengths.num_sequences, lengths.num_tokens) == (7, 40)
     assert (lengths.min_length, lengths.max_length) == (3, 12)
-    assert lengths.mean_length == pytest.approx(5.0)
-    # power-of-two buckets up to 16: (8, 16] holds the 12, (4, 8] the 5s and the 7
+    assert lengths.mean_length == pytest.approx(40 / 7)
+    # power-of-two buckets from the shortest (3: first edge 4) to the longest (12: last edge 16):
+    # [1, 4] holds the 3s, (4, 8] the 5s and the 7, (8, 16] the 12
     counts = {bucket.label: bucket.count for bucket in result.length_buckets}
-    assert counts["3–4"] == 2 and counts["5–8"] == 4 and counts["9–16"] == 1
-    assert sum(counts.values()) == 8
+    assert counts == {"1–4": 2, "5–8": 4, "9–16": 1}
+    assert sum(counts.values()) == 7
 
 
 def test_next_fit_golden() -> None:
@@ -171,6 +172,8 @@ def test_edges_and_buckets() -> None:
     assert linear_edges(10, 4) == [3, 6, 9, 10]
     assert power_of_two_edges(12) == [1, 2, 4, 8, 16]
     assert power_of_two_edges(1) == [1]
+    assert power_of_two_edges(12, 3) == [4, 8, 16]
+    assert power_of_two_edges(17, 16) == [16, 32]
     buckets = bucket_lengths({1: 1, 25: 2, 26: 3, 100: 4, 150: 5}, [25, 50, 75, 100])
     assert [(b.low, b.high, b.count) for b in buckets] == [
         (1, 25, 3),
@@ -194,6 +197,11 @@ def test_profile_golden() -> None:
     assert sum(fullness.values()) == 6
     per_bin = {bucket.label: bucket.count for bucket in profile.seqs_per_bin_buckets}
     assert per_bin == {"1": 2, "2": 3, "3": 1}
+    # past 8 sequences per bin, power-of-two ranges: 9–16, 17–32, ... up to the largest
+    many = profile_packing({1: 1}, Counter({(1,) * 20: 2, (1,) * 5: 1}), 20, sample_size=10)
+    per_bin = {bucket.label: bucket.count for bucket in many.seqs_per_bin_buckets}
+    assert per_bin["5"] == 1 and per_bin["9–16"] == 0 and per_bin["17–20"] == 2
+    assert list(per_bin)[-2:] == ["9–16", "17–20"] and len(per_bin) == 10
     # most common first, only `top` of them
     assert profile.top_templates == [((5, 5), 3), ((7,), 2)]
     assert profile.num_templates == 3

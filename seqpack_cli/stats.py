@@ -1,0 +1,181 @@
+"""PackingStats: one summary for either packing shape.
+
+Per-sequence packers give bins (lists of ids); histogram packers give templates (a Counter of
+length tuples). Both reduce to the same thing, a distribution of tokens per bin, and the numbers
+are computed from it in one place, so the two shapes of the same packing give equal stats.
+
+Bin fullness is tokens / max_seq_len per bin. Its percentiles use numpy's default ("linear")
+definition over all bins: with the fullness values of the B bins sorted, p_q is the value at the
+virtual index h = (B - 1) * q, interpolated linearly between the two neighbouring bins. The
+template path evaluates the same formula on (distinct fullness, number of bins) pairs, without
+expanding the bins, so it costs O(distinct templates) whatever the multiplicities.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import itertools
+import math
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from seqpack_cli.epoch import canonical_templates
+from seqpack_cli.errors import ConfigError, InputError
+
+__all__ = ["PackingStats"]
+
+_QUANTILES = (0.5, 0.9, 0.99)
+
+
+def _max_seq_len(value: Any) -> int:
+    if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, np.integer)):
+        raise ConfigError(f"max_seq_len is {value!r}; expected a positive integer (tokens per bin)")
+    if value <= 0:
+        raise ConfigError(f"max_seq_len is {value}; expected a positive integer (tokens per bin)")
+    return int(value)
+
+
+def _weighted_percentile(values: np.ndarray, counts: np.ndarray, q: float) -> float:
+    """numpy's linear percentile of the multiset {values[i] repeated counts[i] times}.
+
+    `values` ascending and distinct, `counts` positive. The k-th smallest element (0-based) is
+    values[searchsorted(cumsum(counts), k, side="right")].
+    """
+    total = int(counts.sum())
+    if total == 0:
+        return 0.0
+    cumulative = np.cumsum(counts)
+    h = (total - 1) * q
+    low = math.floor(h)
+    high = min(low + 1, total - 1)
+    at_low, at_high = np.searchsorted(cumulative, [low, high], side="right").tolist()
+    value_low, value_high = float(values[at_low]), float(values[at_high])
+    return value_low + (h - low) * (value_high - value_low)
+
+
+@dataclass(frozen=True)
+class PackingStats:
+    """Packing quality: bins, sequences, tokens, efficiency, padding, fullness percentiles.
+
+    `efficiency` = num_tokens / capacity (capacity = num_bins * max_seq_len) and the fullness
+    percentiles are fractions in [0, 1]; `lower_bound_bins` = ceil(num_tokens / max_seq_len), the
+    fewest bins any packing could use. Empty input gives all zeros.
+    """
+
+    num_bins: int
+    num_sequences: int
+    num_tokens: int
+    capacity: int
+    max_seq_len: int
+    efficiency: float
+    padding: int
+    padding_ratio: float
+    avg_seqs_per_bin: float
+    max_seqs_in_bin: int
+    bin_fullness_p50: float
+    bin_fullness_p90: float
+    bin_fullness_p99: float
+    lower_bound_bins: int
+
+    @classmethod
+    def from_bins(
+        cls, bins: Iterable[Sequence[int]], lengths: Sequence[int], max_seq_len: int
+    ) -> PackingStats:
+        """Stats of a per-sequence packing: `bins` are lists of ids indexing `lengths`."""
+        limit = _max_seq_len(max_seq_len)
+        bins = [list(b) for b in bins]
+        length_array = np.asarray(lengths)
+        if length_array.ndim != 1 or (length_array.size and length_array.dtype.kind not in "iu"):
+            raise InputError(
+                f"lengths is a {length_array.ndim}-d array of dtype {length_array.dtype}; "
+                "expected a flat sequence of integer lengths, one per id"
+            )
+        sizes = np.fromiter(map(len, bins), dtype=np.int64, count=len(bins))
+        ids = np.fromiter(itertools.chain.from_iterable(bins), dtype=np.int64, count=int(sizes.sum()))
+        if ids.size and (ids.min() < 0 or ids.max() >= len(length_array)):
+            bad = int(ids.min()) if ids.min() < 0 else int(ids.max())
+            raise InputError(
+                f"bins name id {bad}, but lengths has {len(length_array)} entries (ids 0.."
+                f"{len(length_array) - 1}); pass the lengths list the bins were packed from"
+            )
+        token_lengths = length_array.astype(np.int64)[ids]
+        if token_lengths.size and token_lengths.min() <= 0:
+            raise InputError(
+                f"lengths holds {int(token_lengths.min())} for a packed id; expected positive "
+                "lengths (tokens per sequence)"
+            )
+        # Tokens of each bin: a cumulative sum read at the bin boundaries (empty bins hold 0).
+        ends = np.cumsum(sizes)
+        cumulative = np.concatenate(([0], np.cumsum(token_lengths)))
+        tokens = cumulative[ends] - cumulative[ends - sizes]
+        return cls._from_distribution(tokens, sizes, np.ones_like(sizes), limit, "bin")
+
+    @classmethod
+    def from_templates(cls, templates: Any, max_seq_len: int) -> PackingStats:
+        """Stats of a histogram packing (a Counter of templates, or (template, count) pairs),
+        in O(distinct templates)."""
+        limit = _max_seq_len(max_seq_len)
+        pairs = canonical_templates(templates)
+        tokens = np.array([sum(template) for template, _ in pairs], dtype=np.int64)
+        sizes = np.array([len(template) for template, _ in pairs], dtype=np.int64)
+        counts = np.array([count for _, count in pairs], dtype=np.int64)
+        return cls._from_distribution(tokens, sizes, counts, limit, "template")
+
+    @classmethod
+    def _from_distribution(
+        cls, tokens: np.ndarray, sizes: np.ndarray, counts: np.ndarray, limit: int, unit: str
+    ) -> PackingStats:
+        """Stats of `counts[i]` bins holding `sizes[i]` sequences and `tokens[i]` tokens each."""
+        if tokens.size and tokens.max() > limit:
+            worst = int(np.argmax(tokens))
+            raise InputError(
+                f"{unit} {worst} holds {int(tokens[worst])} tokens, more than max_seq_len "
+                f"{limit}; pass the max_seq_len the packing was made for"
+            )
+        num_bins = int(counts.sum())
+        num_sequences = int((sizes * counts).sum())
+        num_tokens = int((tokens * counts).sum())
+        capacity = num_bins * limit
+        # One representation for both paths: distinct token counts with their number of bins.
+        values, inverse = np.unique(tokens, return_inverse=True)
+        weights = np.bincount(inverse.ravel(), weights=counts, minlength=len(values))
+        weights = weights.astype(np.int64)
+        p50, p90, p99 = (_weighted_percentile(values, weights, q) / limit for q in _QUANTILES)
+        return cls(
+            num_bins=num_bins,
+            num_sequences=num_sequences,
+            num_tokens=num_tokens,
+            capacity=capacity,
+            max_seq_len=limit,
+            efficiency=num_tokens / capacity if capacity else 0.0,
+            padding=capacity - num_tokens,
+            padding_ratio=(capacity - num_tokens) / capacity if capacity else 0.0,
+            avg_seqs_per_bin=num_sequences / num_bins if num_bins else 0.0,
+            max_seqs_in_bin=int(sizes.max()) if sizes.size else 0,
+            bin_fullness_p50=p50,
+            bin_fullness_p90=p90,
+            bin_fullness_p99=p99,
+            lower_bound_bins=-(-num_tokens // limit),
+        )
+
+    def to_dict(self) -> dict[str, int | float]:
+        """The fields as a JSON-safe dict (plain ints and floats)."""
+        return {field.name: getattr(self, field.name) for field in dataclasses.fields(self)}
+
+    def __str__(self) -> str:
+        return "\n".join(
+            (
+                "PackingStats(",
+                f"  bins: {self.num_bins:,}",
+                f"  sequences: {self.num_sequences:,} (avg {self.avg_seqs_per_bin:.2f}/bin)",
+                f"  tokens: {self.num_tokens:,} / {self.capacity:,} capacity",
+                f"  efficiency: {self.efficiency:.2%}",
+                f"  padding: {self.padding:,} ({self.padding_ratio:.2%})",
+                f"  fullness: p50={self.bin_fullness_p50:.1%} p90={self.bin_fullness_p90:.1%} "
+                f"p99={self.bin_fullness_p99:.1%}",
+                ")",
+            )
+        )

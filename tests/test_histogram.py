@@ -1,0 +1,224 @@
+"""Histogram packing: golden scenarios, exactness of the grouped strategies, invariants, errors."""
+
+from __future__ import annotations
+
+import importlib.util
+import time
+from collections import Counter
+from pathlib import Path
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from seqpack_cli.errors import ConfigError, InputError
+from seqpack_cli.histogram import (
+    lower_bound_bins,
+    pack_length_histogram,
+    pack_length_histogram_batched,
+    pack_length_histogram_bfd,
+    pack_length_histogram_ffd,
+    pack_length_histogram_mffd,
+)
+
+# The per-item packers written for the benchmark are the oracles here (one obvious
+# implementation each, shared rather than copied).
+_spec = importlib.util.spec_from_file_location(
+    "reference_packers", Path(__file__).parents[1] / "benchmarks" / "reference_packers.py"
+)
+assert _spec is not None and _spec.loader is not None
+reference = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(reference)
+
+GROUPED = {
+    "bfd": (pack_length_histogram_bfd, reference.bfd),
+    "ffd": (pack_length_histogram_ffd, reference.ffd),
+    "mffd": (pack_length_histogram_mffd, reference.mffd),
+}
+
+
+def flatten(templates: Counter[tuple[int, ...]]) -> Counter[int]:
+    """The length histogram a packing holds."""
+    out: Counter[int] = Counter()
+    for template, num in templates.items():
+        for length in template:
+            out[length] += num
+    return out
+
+
+def per_item(lengths: list[int], packer, max_seq_len: int, cap: int | None = None):  # noqa: ANN001, ANN201
+    return reference.templates_of(packer(lengths, max_seq_len, cap), lengths)
+
+
+# ---- golden scenarios --------------------------------------------------------------------------
+
+
+def test_reference_example() -> None:
+    # The reference README: lengths [7, 5, 5, 5, 5, 5, 3, 3, 3], max_seq_len 10.
+    # 41 tokens need at least ceil(41 / 10) = 5 bins. The engine's first strategy starts a bin
+    # with the longest length, 7, and closes its room of 3 exactly with a 3; then 5 closes a 5
+    # (twice, the count of 5s allows two such bins); the last 5 cannot be closed exactly, so it
+    # takes the longest that fits (3), and the last 3 is alone. That is 5 bins = the bound, so
+    # no other strategy runs, and the result is the reference's output exactly.
+    templates = pack_length_histogram_batched({7: 1, 5: 5, 3: 3}, 10)
+    assert templates == Counter({(5, 5): 2, (7, 3): 1, (5, 3): 1, (3,): 1})
+
+
+def test_per_item_wfd_reference_example() -> None:
+    # Worst fit, longest first: 7 opens bin A (room 3); no room for a 5, so 5 opens B (room 5)
+    # and the next 5 goes to the roomiest bin, B; then C = (5, 5); the fifth 5 opens D (room 5).
+    # The 3s go to the roomiest bins: D (room 5 -> 2), then A (room 3 -> 0), then a new bin.
+    templates = pack_length_histogram({7: 1, 5: 5, 3: 3}, 10)
+    assert templates == Counter({(5, 5): 2, (7, 3): 1, (5, 3): 1, (3,): 1})
+
+
+def test_grouped_bfd_fills_one_bin_before_the_next() -> None:
+    # Identical lengths: BFD keeps putting 4s into the same bin (it stays the tightest fit)
+    # until it has no room for another, so bins take floor(10 / 4) = 2 copies each.
+    assert pack_length_histogram_bfd({4: 5}, 10) == Counter({(4, 4): 2, (4,): 1})
+    # With a cap of one sequence per bin every 4 gets its own bin.
+    assert pack_length_histogram_bfd({4: 5}, 10, max_seqs_per_bin=1) == Counter({(4,): 5})
+
+
+def test_mffd_beats_bfd_and_the_engine_keeps_the_better() -> None:
+    # max_seq_len 30. BFD: 20, 17, 16 open bins (rooms 10, 13, 14); 11 -> room 13; 8 -> room
+    # 10; the 6s -> room 14; 3 opens a fourth bin. MFFD instead pairs the two 6s with the
+    # 8 beside 16 (its step 3), and then 6, 3, 1 close the bin of 20: 3 bins, the lower bound.
+    lengths = [20, 17, 16, 11, 8, 6, 6, 3, 1]
+    histogram = Counter(lengths)
+    assert sum(pack_length_histogram_bfd(histogram, 30).values()) == 4
+    mffd = pack_length_histogram_mffd(histogram, 30)
+    assert mffd == Counter({(20, 6, 3, 1): 1, (17, 11): 1, (16, 8, 6): 1})
+    assert sum(pack_length_histogram_batched(histogram, 30).values()) == 3
+
+
+def test_engine_beats_all_three_classics() -> None:
+    # max_seq_len 20, 60 tokens: 3 bins are possible, (20), (12, 5, 3), (10, 7, 3), and the
+    # pattern strategy finds them (it closes 12's room of 8 with 5 + 3 and 10's room with
+    # 7 + 3), while BFD, FFD and MFFD all use 4.
+    histogram = Counter([20, 12, 10, 7, 5, 3, 3])
+    for strategy, _ in GROUPED.values():
+        assert sum(strategy(histogram, 20).values()) == 4
+    assert pack_length_histogram_batched(histogram, 20) == Counter(
+        {(20,): 1, (12, 5, 3): 1, (10, 7, 3): 1}
+    )
+
+
+def test_lower_bound() -> None:
+    assert lower_bound_bins({7: 1, 5: 5, 3: 3}, 10) == 5  # ceil(41 / 10)
+    assert lower_bound_bins({6: 3, 1: 1}, 10) == 3  # three lengths > 10/2 never share
+    assert lower_bound_bins({4: 6}, 10) == 3  # at most two lengths > 10/3 in a bin
+    assert lower_bound_bins({1: 10}, 10, max_seqs_per_bin=3) == 4  # ceil(10 / 3)
+    assert lower_bound_bins({}, 10) == 0
+
+
+def test_cost_does_not_grow_with_the_number_of_sequences() -> None:
+    # A trillion sequences of three lengths: a handful of templates, in milliseconds.
+    start = time.perf_counter()
+    templates = pack_length_histogram_batched({512: 10**12, 1024: 3 * 10**12, 7: 5}, 2048)
+    assert time.perf_counter() - start < 1.0
+    assert flatten(templates) == Counter({512: 10**12, 1024: 3 * 10**12, 7: 5})
+    assert all(sum(template) <= 2048 for template in templates)
+
+
+def test_empty_histogram() -> None:
+    for packer in (pack_length_histogram, pack_length_histogram_batched, pack_length_histogram_bfd):
+        assert packer({}, 10) == Counter()
+    assert pack_length_histogram_batched({5: 0}, 10) == Counter()
+
+
+def test_accepts_pairs_and_numpy_integers() -> None:
+    import numpy as np
+
+    pairs = [(np.int64(5), np.int32(3)), (4, 2)]
+    assert flatten(pack_length_histogram_batched(pairs, 10)) == Counter({5: 3, 4: 2})
+
+
+# ---- properties --------------------------------------------------------------------------------
+
+max_seq_lens = st.sampled_from([8, 10, 17, 30, 64, 100])
+caps = st.one_of(st.none(), st.integers(1, 6))
+
+
+@st.composite
+def histograms(draw: st.DrawFn) -> tuple[int, list[int]]:
+    max_seq_len = draw(max_seq_lens)
+    # few distinct lengths so that ties (and therefore grouping) happen a lot
+    palette = draw(st.lists(st.integers(1, max_seq_len), min_size=1, max_size=6))
+    lengths = draw(st.lists(st.sampled_from(palette), max_size=40))
+    return max_seq_len, lengths
+
+
+@settings(max_examples=150, deadline=None)
+@given(histograms(), caps)
+def test_grouped_strategies_equal_their_per_item_versions(case, cap) -> None:  # noqa: ANN001
+    max_seq_len, lengths = case
+    for name, (grouped, per_item_packer) in GROUPED.items():
+        got = grouped(Counter(lengths), max_seq_len, max_seqs_per_bin=cap)
+        assert got == per_item(lengths, per_item_packer, max_seq_len, cap), name
+
+
+@settings(max_examples=150, deadline=None)
+@given(histograms(), caps)
+def test_engine_invariants_and_never_worse(case, cap) -> None:  # noqa: ANN001
+    max_seq_len, lengths = case
+    histogram = Counter(lengths)
+    templates = pack_length_histogram_batched(histogram, max_seq_len, max_seqs_per_bin=cap)
+    assert flatten(templates) == histogram
+    assert all(sum(template) <= max_seq_len for template in templates)
+    assert all(list(template) == sorted(template, reverse=True) for template in templates)
+    if cap is not None:
+        assert all(len(template) <= cap for template in templates)
+    num_bins = sum(templates.values())
+    assert num_bins >= lower_bound_bins(histogram, max_seq_len, max_seqs_per_bin=cap)
+    for packer in (reference.bfd, reference.ffd, reference.mffd):
+        assert num_bins <= len(packer(lengths, max_seq_len, cap))
+
+
+@settings(max_examples=100, deadline=None)
+@given(histograms(), caps)
+def test_per_item_wfd_invariants(case, cap) -> None:  # noqa: ANN001
+    max_seq_len, lengths = case
+    templates = pack_length_histogram(Counter(lengths), max_seq_len, max_seqs_per_bin=cap)
+    assert flatten(templates) == Counter(lengths)
+    assert all(sum(t) <= max_seq_len and (cap is None or len(t) <= cap) for t in templates)
+
+
+# ---- errors ------------------------------------------------------------------------------------
+
+ALL_PACKERS = [pack_length_histogram, pack_length_histogram_batched, pack_length_histogram_mffd]
+
+
+@pytest.mark.parametrize("packer", ALL_PACKERS)
+def test_length_over_max_seq_len_names_length_limit_and_fix(packer) -> None:  # noqa: ANN001
+    with pytest.raises(InputError) as error:
+        packer({4: 2, 9000: 1}, 8192)
+    message = str(error.value)
+    assert "9000" in message and "8192" in message
+    assert "--filter-over-cap" in message and "--max-seq-len" in message
+
+
+@pytest.mark.parametrize("packer", ALL_PACKERS)
+@pytest.mark.parametrize("bad", [0, -3, 2.5, True, "5", None])
+def test_bad_lengths_are_input_errors(packer, bad) -> None:  # noqa: ANN001
+    with pytest.raises(InputError, match="length"):
+        packer({bad: 1}, 10)
+
+
+@pytest.mark.parametrize("bad", [-1, 1.5, "2"])
+def test_bad_counts_are_input_errors(bad) -> None:  # noqa: ANN001
+    with pytest.raises(InputError, match="count"):
+        pack_length_histogram_batched({5: bad}, 10)
+
+
+@pytest.mark.parametrize("packer", ALL_PACKERS)
+@pytest.mark.parametrize("bad", [0, -1, 2.5, True, None])
+def test_bad_max_seq_len_is_a_config_error(packer, bad) -> None:  # noqa: ANN001
+    with pytest.raises(ConfigError, match="max_seq_len"):
+        packer({5: 1}, bad)
+
+
+@pytest.mark.parametrize("bad", [0, -2, 1.5])
+def test_bad_max_seqs_per_bin_is_a_config_error(bad) -> None:  # noqa: ANN001
+    with pytest.raises(ConfigError, match="max_seqs_per_bin"):
+        pack_length_histogram_batched({5: 1}, 10, max_seqs_per_bin=bad)
