@@ -51,9 +51,12 @@ logger = logging.getLogger(__name__)
 
 Template = tuple[int, ...]
 
-# Bins are computed in batches of about this many ids: large enough that numpy's per-call
-# overhead (one call per distinct length in the batch) vanishes, small enough to stay in cache.
-_BATCH_IDS = 1 << 19
+# Bins are computed in batches of about 64 ids per distinct length (numpy calls are made per
+# length present in a batch, and must each do enough work to amortise their overhead), within
+# [_MIN_BATCH_IDS, _BATCH_IDS]: smaller batches stay in cache; the cap bounds the batch's memory
+# (a dozen int64 arrays of the batch size, ~25 MB at the cap).
+_BATCH_IDS = 1 << 18
+_MIN_BATCH_IDS = 1 << 16
 # Bins turned into Python lists at a time while iterating.
 _LIST_BINS = 2048
 # Seed component that stands for the bin order; lengths are >= 1, so it never collides with
@@ -261,14 +264,15 @@ class EpochPlan:
         else:
             self._len = -(-total // self.world_size)
         mean_size = math.ceil(self.num_sequences / total) if total else 1
-        self._batch_bins = max(1, _BATCH_IDS // mean_size)
+        batch_ids = min(_BATCH_IDS, max(_MIN_BATCH_IDS, 64 * len(self._lengths)))
+        self._batch_bins = max(1, batch_ids // mean_size)
         if total and self.seed is not None:
             self._order: FeistelPermutation | None = FeistelPermutation(
                 total, seed_from_components(self.seed, _ORDER_COMPONENT)
             )
             self._perms: list[FeistelPermutation] | None = [
                 FeistelPermutation(len(pool), seed_from_components(self.seed, length))
-                for length, pool in zip(self._lengths, self._pools)
+                for length, pool in zip(self._lengths, self._pools, strict=True)
             ]
             self._family: FeistelFamily | None = FeistelFamily(self._perms)
         else:
@@ -405,7 +409,7 @@ class EpochPlan:
         heads = members[bounds[:-1]].tolist()
         taken = np.empty(len(order), dtype=np.int64)
         pools = self._pools
-        for head, a, b in zip(heads, bounds[:-1], bounds[1:]):
+        for head, a, b in zip(heads, bounds[:-1], bounds[1:], strict=True):
             pool = pools[head]
             if pool.dtype == taken.dtype:
                 # mode="clip" lets np.take write straight into `out` (no range-check buffer);
@@ -425,12 +429,16 @@ def _width(n: int) -> int:
 
 def _split_rows(ids: np.ndarray, ends: np.ndarray, first: int, last: int) -> list[list[int]]:
     """Bins first..last-1 of a batch as Python lists (`ends[k]`: end offset of bin k in `ids`)."""
-    bounds = ends[first:last].tolist()
-    if not bounds:
+    block = ends[first:last]
+    if not len(block):
         return []
     begin = int(ends[first - 1]) if first > 0 else 0
+    sizes = np.diff(block, prepend=begin)
+    if sizes[0] == sizes.min() == sizes.max():  # bins of one size: numpy builds the lists
+        return ids[begin : int(block[-1])].reshape(len(block), int(sizes[0])).tolist()
+    bounds = block.tolist()
     flat = ids[begin : bounds[-1]].tolist()
-    rows = []
+    rows: list[list[int]] = []
     append = rows.append
     a = 0
     for end in bounds:

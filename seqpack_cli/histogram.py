@@ -11,6 +11,7 @@ import heapq
 import logging
 from collections import Counter
 from collections.abc import Iterable, Mapping
+from typing import Any
 
 import numpy as np
 
@@ -62,17 +63,19 @@ def pack_length_histogram(
 
 
 # ---- grouped strategies ----------------------------------------------------------------------
-# Bins are never handled one by one. A group of identical bins is a (node, num_bins) pair, where a
-# node is a persistent chain `(parent_node, length, copies)` (None is the empty bin): appending
-# `copies` x `length` to a whole group is one tuple, whatever the number of bins. Each strategy
-# below is *exactly* its per-item counterpart on the sorted input (same templates), which
-# `tests/test_histogram.py` checks against the per-item packers in `benchmarks/reference_packers.py`.
+# Bins are never handled one by one. A group of identical bins is a (node, num_bins) pair, where
+# a node is a persistent chain `(parent_node, length, copies)` (None is the empty bin): appending
+# `copies` x `length` to a whole group is one tuple, whatever the number of bins. BFD, FFD and
+# MFFD below are *exactly* their per-item versions on the sorted input (same templates), which
+# tests/test_histogram.py checks against the per-item packers of benchmarks/reference_packers.py.
 
-Node = tuple | None  # (parent: Node, length: int, copies: int)
+Node = Any  # None, (parent: Node, length: int, copies: int), or (None, BinTemplate, 0)
 Group = tuple[Node, int]  # (node, num_bins)
 
 
 def _template(node: Node) -> BinTemplate:
+    if node is not None and node[2] == 0:
+        return node[1]  # (None, template, 0): a template built whole (the pattern strategy)
     parts: list[int] = []
     while node is not None:
         node, length, copies = node
@@ -202,22 +205,22 @@ def _ffd_groups(items: list[tuple[int, int]], max_seq_len: int, cap: int | None)
     max_slots = cap if cap is not None else max_seq_len  # a bin never holds more than M sequences
     min_length = items[-1][0]
     eligible: list[list] = []
-    pending: dict[int, list[list]] = {}
+    pending: dict[int, list[list]] = {}  # room -> blocks waiting for a length <= room
+    waiting_rooms: list[int] = []  # max-heap (negated) of the rooms in `pending`
     blocks: list[list] = []
     next_index = 0
-    previous = max_seq_len + 1
 
     def park(block: list) -> None:
         if block[2] >= min_length and block[3] > 0:
-            pending.setdefault(block[2], []).append(block)
+            if block[2] not in pending:
+                pending[block[2]] = []
+                heapq.heappush(waiting_rooms, -block[2])
+            pending[block[2]].append(block)
 
     for length, count in items:
-        for room in range(length, previous):
-            waiting = pending.pop(room, None)
-            if waiting:
-                for block in waiting:
-                    bisect.insort(eligible, block, key=_start)
-        previous = length
+        while waiting_rooms and -waiting_rooms[0] >= length:
+            for block in pending.pop(-heapq.heappop(waiting_rooms)):
+                bisect.insort(eligible, block, key=_start)
         j = 0
         while count and j < len(eligible):
             block = eligible[j]
@@ -296,7 +299,7 @@ def _mffd_groups(items: list[tuple[int, int]], max_seq_len: int, cap: int | None
     """
     max_slots = cap if cap is not None else max_seq_len
     counts = {length: count for length, count in items if 2 * length <= max_seq_len}
-    pieces = [
+    pieces: list[list[Any]] = [
         [count, max_seq_len - length, max_slots - 1, (None, length, 1), False]
         for length, count in items
         if 2 * length > max_seq_len
@@ -308,7 +311,7 @@ def _mffd_groups(items: list[tuple[int, int]], max_seq_len: int, cap: int | None
 
     # (2) forward: the longest medium that fits
     medium = sorted(length for length in counts if 3 * length > max_seq_len)
-    stepped: list[list] = []
+    stepped: list[list[Any]] = []
     for num_bins, room, slots, node, _ in pieces:
         while num_bins and slots and medium:
             i = bisect.bisect_right(medium, room) - 1
@@ -324,7 +327,7 @@ def _mffd_groups(items: list[tuple[int, int]], max_seq_len: int, cap: int | None
             stepped.append([num_bins, room, slots, node, False])
     # (3) backward through the bins without a medium: the shortest small, then the longest fit
     small = sorted(length for length in counts if 6 * length > max_seq_len >= 3 * length)
-    backward: list[list] = []
+    backward: list[list[Any]] = []
     for piece in reversed(stepped):
         num_bins, room, slots, node, has_medium = piece
         while num_bins and not has_medium and slots >= 2 and small:
@@ -475,16 +478,17 @@ def _pattern_groups(
         for x in touched:
             if counts[x] // used[x] < num_bins:
                 num_bins = counts[x] // used[x]
-        node: Node = None
+        parts: list[int] = []
         for x in touched:
             copies = used[x]
             used[x] = 0
-            node = (node, x, copies)
+            parts += [x] * copies
             counts[x] -= num_bins * copies
             if not counts[x]:
                 del lengths[bisect.bisect_left(lengths, x)]
                 have ^= 1 << x
                 mirror ^= 1 << (m - x)
+        node = (None, tuple(parts), 0)  # a finished template (see _template)
         groups.append((node, num_bins))
     return groups
 
@@ -553,18 +557,36 @@ def _lower_bound(items: list[tuple[int, int]], max_seq_len: int, cap: int | None
     return max(best, int((-(-longer // ks)).max()))
 
 
-def _strategy(name: str):
-    def pack(
-        length_counts: LengthCounts, max_seq_len: int, *, max_seqs_per_bin: int | None = None
-    ) -> Counter[BinTemplate]:
-        items = validate_length_counts(length_counts, max_seq_len)
-        cap = check_max_seqs_per_bin(max_seqs_per_bin)
-        if not items:
-            return Counter()
-        return _templates(_STRATEGIES[name](items, max_seq_len, cap))
+def _run(
+    strategy: Any, length_counts: LengthCounts, max_seq_len: int, max_seqs_per_bin: int | None
+) -> Counter[BinTemplate]:
+    items = validate_length_counts(length_counts, max_seq_len)
+    cap = check_max_seqs_per_bin(max_seqs_per_bin)
+    return _templates(strategy(items, max_seq_len, cap)) if items else Counter()
 
-    return pack
 
+def pack_length_histogram_bfd(
+    length_counts: LengthCounts, max_seq_len: int, *, max_seqs_per_bin: int | None = None
+) -> Counter[BinTemplate]:
+    """Best-fit decreasing on the histogram: the same templates as per-item BFD, in O(groups)."""
+    return _run(_bfd_groups, length_counts, max_seq_len, max_seqs_per_bin)
+
+
+def pack_length_histogram_ffd(
+    length_counts: LengthCounts, max_seq_len: int, *, max_seqs_per_bin: int | None = None
+) -> Counter[BinTemplate]:
+    """First-fit decreasing on the histogram: the same templates as per-item FFD."""
+    return _run(_ffd_groups, length_counts, max_seq_len, max_seqs_per_bin)
+
+
+def pack_length_histogram_mffd(
+    length_counts: LengthCounts, max_seq_len: int, *, max_seqs_per_bin: int | None = None
+) -> Counter[BinTemplate]:
+    """Johnson and Garey's modified FFD on the histogram: the same templates as per-item MFFD."""
+    return _run(_mffd_groups, length_counts, max_seq_len, max_seqs_per_bin)
+
+
+_MAX_PATTERN_SEQ_LEN = 1 << 20  # the pattern strategy keeps O(max_seq_len) tables and bitsets
 
 _STRATEGIES = {
     "patterns": _pattern_groups,
@@ -572,9 +594,6 @@ _STRATEGIES = {
     "ffd": _ffd_groups,
     "mffd": _mffd_groups,
 }
-pack_length_histogram_bfd = _strategy("bfd")
-pack_length_histogram_ffd = _strategy("ffd")
-pack_length_histogram_mffd = _strategy("mffd")
 
 
 def pack_length_histogram_batched(
@@ -582,12 +601,13 @@ def pack_length_histogram_batched(
 ) -> Counter[BinTemplate]:
     """Pack a length histogram into bin templates: the engine; its cost does not grow with N.
 
-    Runs the grouped strategies (patterns, then BFD, FFD and MFFD, each exactly its per-item
-    counterpart, see above) and keeps the one with the fewest bins, stopping early once a strategy
-    reaches `lower_bound_bins` (nothing can do better). So the result never has more bins than
-    per-item BFD, FFD or MFFD on the same histogram, and reaches the bound where the pattern
-    heuristic can. Raises `InputError` for a length outside [1, max_seq_len] and `ConfigError`
-    for a bad `max_seq_len` or `max_seqs_per_bin`.
+    Runs the grouped strategies (the pattern heuristic, then BFD, FFD and MFFD, each of those
+    three exactly its per-item version) and keeps the one with the fewest bins (the earliest on
+    a tie), stopping as soon as one reaches `lower_bound_bins` (nothing can do better). So the
+    result never has more bins than per-item BFD, FFD or MFFD on the same histogram, and is at
+    the bound wherever the pattern heuristic gets there (all the realistic benchmark shapes).
+    Raises `InputError` for a length outside [1, max_seq_len] and `ConfigError` for a bad
+    `max_seq_len` or `max_seqs_per_bin`.
     """
     items = validate_length_counts(length_counts, max_seq_len)
     cap = check_max_seqs_per_bin(max_seqs_per_bin)
@@ -597,6 +617,8 @@ def pack_length_histogram_batched(
     best: list[Group] = []
     best_bins = 0
     for name, strategy in _STRATEGIES.items():
+        if name == "patterns" and max_seq_len > _MAX_PATTERN_SEQ_LEN:
+            continue  # its per-length tables and bitsets are O(max_seq_len)
         groups = strategy(items, max_seq_len, cap)
         num_bins = sum(num for _, num in groups)
         logger.debug("strategy %s: %d bins (lower bound %d)", name, num_bins, bound)

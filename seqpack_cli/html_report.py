@@ -43,6 +43,7 @@ th { background: #f6f8fa; } td.l, th.l { text-align: left; }
 .note { color: #57606a; font-size: .9em; max-width: 60em; }
 .green { color: #2e7d32; font-weight: 600; } .yellow { color: #b7791f; font-weight: 600; }
 .red { color: #c62828; font-weight: 600; }
+svg { max-width: 100%; height: auto; }
 svg text { font: 12px system-ui, sans-serif; fill: #1f2328; }
 """
 
@@ -83,6 +84,7 @@ def _svg_bars(buckets: Sequence[Bucket], unit: str, title: str) -> str:
     for i, bucket in enumerate(buckets):
         y = 4 + i * row_height
         length = bar_width * bucket.count / largest if largest else 0.0
+        length = max(length, 1.0) if bucket.count else 0.0  # a non-empty bucket stays visible
         share = bucket.count / total if total else 0.0
         parts.append(
             f'<text x="{label_width - 8}" y="{y + 15}" text-anchor="end">{_e(bucket.label)}</text>'
@@ -97,7 +99,7 @@ def _svg_bars(buckets: Sequence[Bucket], unit: str, title: str) -> str:
 
 def _svg_efficiency(rows: Sequence[tuple[int, float, float, float]]) -> str:
     """Grouped vertical bars: seqpack / sequential / no packing efficiency per max_seq_len."""
-    group_width, bar, top, plot_height, left = 150, 38, 24, 220, 48
+    group_width, bar, top, plot_height, left = 156, 40, 24, 220, 48
     width = left + group_width * len(rows) + 20
     height = top + plot_height + 60
     parts = [
@@ -120,7 +122,7 @@ def _svg_efficiency(rows: Sequence[tuple[int, float, float, float]]) -> str:
                 f'<rect x="{x}" y="{y:.1f}" width="{bar}" height="{bar_height:.1f}" '
                 f'fill="{colour}"/>'
                 f'<text x="{x + bar / 2}" y="{y - 4:.1f}" text-anchor="middle" font-size="10">'
-                f"{fraction * 100:.0f}</text>"
+                f"{_e(format_efficiency(fraction))}</text>"
             )
         parts.append(
             f'<text x="{x0 + (3 * bar + 8) / 2}" y="{top + plot_height + 18}" '

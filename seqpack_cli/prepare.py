@@ -226,10 +226,19 @@ def prepare_dataset(config: PrepareConfig, *, progress: ProgressCallback | None 
     )
     try:
         histogram = length_histogram(con, files, config.length_column, progress=progress)
+        logger.info(
+            "histogram: %d distinct lengths (%.2fs)", len(histogram), time.perf_counter() - started
+        )
         kept, num_over = _split_over_cap(histogram, config)
         templates = _pack(kept, config)
         stats = PackingStats.from_templates(templates, config.max_seq_len)
-        logger.info("%d distinct lengths packed into %d bins", len(kept), stats.num_bins)
+        logger.info(
+            "packed into %d bins, %d templates, efficiency %.4f (%.2fs)",
+            stats.num_bins,
+            len(templates),
+            stats.efficiency,
+            time.perf_counter() - started,
+        )
         with PreparedWriter(output, overwrite=config.overwrite) as writer:
             scanned = scan_pools(
                 con,
@@ -242,6 +251,7 @@ def prepare_dataset(config: PrepareConfig, *, progress: ProgressCallback | None 
                 write_pool=writer.write_pool,
                 progress=progress,
             )
+            logger.info("pools written (%.2fs)", time.perf_counter() - started)
             writer.write_bytes(COUNTS_NAME, counts_to_json(kept))
             writer.write_bytes(TEMPLATES_NAME, templates_to_json(templates))
             id_range = (scanned.id_min, scanned.id_max)

@@ -47,6 +47,7 @@ from seqpack_cli.errors import ConfigError, PreparedFormatError
 
 __all__ = [
     "FORMAT_VERSION",
+    "PoolMap",
     "Prepared",
     "PreparedWriter",
     "check_output",
@@ -86,7 +87,7 @@ class Prepared:
     manifest: dict[str, Any]
     counts: dict[int, int]
     templates: Counter[tuple[int, ...]]
-    pools: dict[int, np.ndarray] = field(repr=False)
+    pools: Mapping[int, np.ndarray] = field(repr=False)
 
     @property
     def max_seq_len(self) -> int:
@@ -319,8 +320,11 @@ class PreparedWriter:
     def commit(self, manifest: Mapping[str, Any]) -> Path:
         """Write the manifest (with every file's size and sha256) last, then rename into place."""
         shutil.rmtree(self.work_dir, ignore_errors=True)
-        document = {**manifest, "files": dict(sorted(self._files.items()))}
-        (self.tmp_path / MANIFEST_NAME).write_bytes(_json_bytes(document, indent=1))
+        # Indented for people, except the (long) files table: one compact line.
+        head = json.dumps({k: v for k, v in manifest.items() if k != "files"}, indent=1)
+        files = json.dumps(dict(sorted(self._files.items())), separators=(",", ":"))
+        text = f'{head[:-1].rstrip()},\n "files": {files}\n}}\n'
+        (self.tmp_path / MANIFEST_NAME).write_text(text, encoding="utf-8")
         if self.output.exists():
             # Checked in __enter__: a prepared directory (or an empty one) that may be replaced.
             os.rename(self.output, self._old_path)
@@ -400,10 +404,11 @@ def _read_manifest(path: Path) -> dict[str, Any]:
 
 
 def _check_files(path: Path, files: Mapping[str, Any], *, verify: bool) -> None:
+    root = os.fspath(path)
     for name, entry in files.items():
-        file_path = path / name
+        file_path = os.path.join(root, name)
         try:
-            size = file_path.stat().st_size
+            size = os.stat(file_path).st_size
         except OSError:
             raise _fail(path, f"{name} is missing") from None
         if size != entry.get("bytes"):
@@ -451,7 +456,7 @@ def _map_readonly(fd: int, size: int) -> Any:
 
 
 def _open_pool(path: Path, name: str, expected: int, *, mmap_pools: bool) -> np.ndarray:
-    file_path = path / name
+    file_path = os.path.join(os.fspath(path), name)
     try:
         with open(file_path, "rb") as handle:
             dtype, shape, offset = _read_npy_header(handle)
@@ -483,13 +488,52 @@ def _open_pool(path: Path, name: str, expected: int, *, mmap_pools: bool) -> np.
     return array
 
 
+class PoolMap(Mapping[int, np.ndarray]):
+    """The pools of a prepared directory, `{length: read-only int64 ids}`.
+
+    Each pool is opened (memory-mapped, or read with `mmap=False`) on first access and cached,
+    so loading costs nothing per pool until a pool is used. Pickles as its location: DataLoader
+    workers map the files themselves instead of receiving copies.
+    """
+
+    def __init__(self, root: str | os.PathLike[str], counts: Mapping[int, int], mmap: bool = True):
+        self._root = Path(root)
+        self._counts = {int(length): int(count) for length, count in counts.items()}
+        self._mmap = mmap
+        self._arrays: dict[int, np.ndarray] = {}
+
+    def __getitem__(self, length: int) -> np.ndarray:
+        array = self._arrays.get(length)
+        if array is None:
+            count = self._counts[length]
+            array = _open_pool(self._root, pool_file_name(length), count, mmap_pools=self._mmap)
+            self._arrays[int(length)] = array
+        return array
+
+    def __contains__(self, length: object) -> bool:
+        return length in self._counts
+
+    def __iter__(self) -> Iterator[int]:
+        return iter(self._counts)
+
+    def __len__(self) -> int:
+        return len(self._counts)
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (PoolMap, (self._root, self._counts, self._mmap))
+
+    def __repr__(self) -> str:
+        return f"PoolMap({os.fspath(self._root)!r}, {len(self)} pools, mmap={self._mmap})"
+
+
 def load_prepared(
     path: str | os.PathLike[str], *, mmap: bool = True, verify: bool = False
 ) -> Prepared:
     """Load a prepared directory written by `seqpack prepare`.
 
     Returns a `Prepared` that unpacks as `manifest, counts, templates, pools`. Pools are
-    read-only int64 arrays, memory-mapped by default (`mmap=False` reads them into memory).
+    read-only int64 arrays, memory-mapped by default (no file descriptor is held per pool, so
+    any number of distinct lengths loads); `mmap=False` reads them all into memory now.
     Raises `PreparedFormatError` for a missing or incomplete directory, an unknown
     `format_version`, a pool whose size disagrees with the counts, and (with `verify=True`) any
     file whose sha256 differs from the manifest's.
@@ -500,7 +544,6 @@ def load_prepared(
     for required in (COUNTS_NAME, TEMPLATES_NAME):
         if required not in files:
             raise _fail(root, f"the manifest does not list {required}")
-    _check_files(root, files, verify=verify)
     try:
         counts = {int(k): int(v) for k, v in _read_json(root, COUNTS_NAME).items()}
         templates: Counter[tuple[int, ...]] = Counter()
@@ -513,8 +556,20 @@ def load_prepared(
     if listed_pools != expected_pools:
         odd = sorted(listed_pools ^ expected_pools)[0]
         raise _fail(root, f"the pools listed in the manifest and counts.json disagree ({odd})")
-    pools = {
-        length: _open_pool(root, pool_file_name(length), count, mmap_pools=mmap)
-        for length, count in counts.items()
-    }
+    for length, count in counts.items():
+        # A pool's size follows from its count (canonical header + 8 bytes per id), so the size
+        # check below catches a pool that disagrees with the counts without opening it.
+        name = pool_file_name(length)
+        recorded = files[name].get("bytes")
+        if recorded != len(_npy_header(count)) + 8 * count:
+            raise _fail(
+                root,
+                f"{name} has {recorded} bytes in the manifest, but counts.json says {count} "
+                "sequences have that length",
+            )
+    _check_files(root, files, verify=verify)
+    pools = PoolMap(root, counts, mmap)
+    if not mmap:
+        for length in counts:
+            pools[length]
     return Prepared(root, manifest, counts, templates, pools)

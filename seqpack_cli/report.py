@@ -105,7 +105,8 @@ def _chart(title: str, buckets: Sequence[Bucket], unit: str, *, label_header: st
         share = bucket.count / total if total else 0.0
         table.add_row(
             bucket.label,
-            text_bar(bucket.count / largest if largest else 0.0),
+            # a non-empty bucket shows at least a sliver, however small its share
+            text_bar(max(bucket.count / largest, 1 / (8 * _BAR_WIDTH)) if bucket.count else 0.0),
             f"{bucket.count:,}",
             format_percent(share),
         )
@@ -241,26 +242,27 @@ def render_sweep(console: Console, result: SweepResult, *, title: str) -> None:
     )
 
     table = Table(title="Per max_seq_len", title_justify="left", box=None)
-    table.add_column("max_seq_len", justify="right", style="bold")
-    table.add_column("over cap\n(dropped)", justify="right")
-    table.add_column("seqpack\nbins", justify="right")
-    table.add_column("seqpack\nefficiency", justify="right")
-    table.add_column("seqs/bin", justify="right")
-    table.add_column("fullness\np50", justify="right")
-    table.add_column("sequential\nbins", justify="right")
-    table.add_column("sequential\nefficiency", justify="right")
-    table.add_column("no packing\nefficiency", justify="right")
-    table.add_column("rows saved\nvs sequential", justify="right")
+    for column in (
+        "max_seq_len",
+        "over cap\n(dropped)",
+        "seqpack\nbins",
+        "seqpack\nefficiency",
+        "seqs/bin",
+        "sequential\nbins",
+        "sequential\nefficiency",
+        "no packing\nefficiency",
+        "saved vs\nsequential",
+    ):
+        table.add_column(column, justify="right", no_wrap=column.startswith("over cap"))
     for row in result.rows:
         over_share = row.num_over_cap / lengths.num_sequences
         over = f"{row.num_over_cap:,} ({format_percent(over_share, 2)})"
         table.add_row(
-            f"{row.max_seq_len:,}",
+            Text(f"{row.max_seq_len:,}", style="bold"),
             Text(over, style="red" if row.num_over_cap else ""),
             f"{row.packed.num_bins:,}",
             _efficiency(row.packed.efficiency),
             f"{row.packed.avg_seqs_per_bin:.2f}",
-            format_percent(row.packed.bin_fullness_p50),
             f"{row.sequential.num_bins:,}" + ("*" if row.sequential.estimated else ""),
             _efficiency(row.sequential.efficiency),
             _efficiency(row.no_packing.efficiency),
@@ -288,7 +290,14 @@ def render_sweep(console: Console, result: SweepResult, *, title: str) -> None:
                 end_section=index == 2,
             )
 
-    notes = [_footnotes(result.sample_size)]
+    notes = [
+        Text(
+            "saved vs sequential: the share of sequential packing's rows (so of its compute "
+            "per epoch) that seqpack saves.",
+            style="dim",
+        ),
+        _footnotes(result.sample_size),
+    ]
     if any(row.sequential.estimated for row in result.rows):
         notes.insert(0, Text("* estimated on a sample (see below)", style="dim"))
     console.print(

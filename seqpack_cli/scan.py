@@ -18,10 +18,12 @@ from __future__ import annotations
 
 import glob
 import importlib.resources
+import itertools
 import logging
 import os
 import queue
 import threading
+import time
 from collections import deque
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -89,15 +91,23 @@ def _read_error(error: duckdb.Error) -> InputError:
 # ---- inputs -----------------------------------------------------------------------------------
 
 
-def _parquet_under(directory: Path) -> list[Path]:
+def _is_data(path: Path, base: Path) -> bool:
     # Hive-partitioned trees nest files in key=value/ folders; hidden and `_`-prefixed entries
-    # (_SUCCESS, .crc, temporary folders) are not data.
-    return [
-        path
-        for path in directory.rglob("*.parquet")
-        if path.is_file()
-        and not any(part.startswith((".", "_")) for part in path.relative_to(directory).parts)
-    ]
+    # below the folder named (_SUCCESS, .crc, _temporary/ of a running writer) are not data.
+    return path.is_file() and not any(
+        part.startswith((".", "_")) for part in path.relative_to(base).parts
+    )
+
+
+def _parquet_under(directory: Path) -> list[Path]:
+    return [path for path in directory.rglob("*.parquet") if _is_data(path, directory)]
+
+
+def _glob_base(pattern: str) -> Path:
+    """The folder part of a glob pattern before its first wildcard."""
+    parts = Path(pattern).parts
+    fixed = [part for part in itertools.takewhile(lambda p: not any(c in p for c in "*?["), parts)]
+    return Path(*fixed) if fixed else Path(".")
 
 
 def resolve_inputs(inputs: Sequence[str | os.PathLike[str]] | str) -> list[Path]:
@@ -122,9 +132,13 @@ def resolve_inputs(inputs: Sequence[str | os.PathLike[str]] | str) -> list[Path]
             files = [Path(text)]
         elif any(char in text for char in "*?["):
             files = []
+            base = _glob_base(text)
             for match in sorted(glob.glob(text, recursive=True)):
                 path = Path(match)
-                files.extend(_parquet_under(path) if path.is_dir() else [path])
+                if path.is_dir():
+                    files.extend(_parquet_under(path))
+                elif _is_data(path, base):
+                    files.append(path)
             if not files:
                 raise InputError(
                     f"input pattern {text!r} matches no files; check it (quote it so the shell "
@@ -280,6 +294,12 @@ def _fetch_with_progress(
     return outcome[0]
 
 
+def _one_row(con: duckdb.DuckDBPyConnection, name: str, params: Mapping[str, Any]) -> Any:
+    """The single row `sql/{name}.sql` returns."""
+    rows = con.sql(load_sql(name), params=dict(params)).fetchall()
+    return rows[0]
+
+
 def _location(files: Sequence[InputFile], file_index: int, row: int) -> str:
     return f"{files[file_index].path} at row {row} (0-based)"
 
@@ -305,7 +325,7 @@ def length_histogram(
         )
         bad = sum(count for length, count in rows if length is None or length <= 0)
         if bad:
-            file_index, row, value = con.sql(load_sql("first_bad_length"), params=params).fetchone()  # type: ignore[misc]
+            file_index, row, value = _one_row(con, "first_bad_length", params)
     except duckdb.Error as error:
         raise _read_error(error) from None
     if bad:
@@ -384,6 +404,7 @@ def _stream_batches(
         return False
 
     def produce() -> None:
+        reader = None
         try:
             reader = con.sql(sql, params=dict(params)).to_arrow_reader(_BATCH_ROWS)
             for batch in reader:
@@ -395,6 +416,11 @@ def _stream_batches(
             put(_DONE)
         except BaseException as error:  # handed to the consuming thread
             put(error)
+        finally:
+            # Release the result now: DuckDB runs no other query on this connection until then
+            # (and the error's traceback would otherwise keep it alive).
+            if reader is not None:
+                reader.close()
 
     producer = threading.Thread(target=produce, name="seqpack-scan", daemon=True)
     producer.start()
@@ -699,19 +725,21 @@ def _check_duplicates(
         if isinstance(check, _DenseIdCheck):
             if not check.maybe_duplicates(num_ids):
                 return
-            row = con.sql(load_sql("duplicate_ids_all"), params=params).fetchone()
+            row = _one_row(con, "duplicate_ids_all", params)
         elif not check.num_candidates:
             return
         elif check.overflow:
             logger.info("many id collisions in the bitmap: checking duplicates with DuckDB")
-            row = con.sql(load_sql("duplicate_ids_all"), params=params).fetchone()
+            row = _one_row(con, "duplicate_ids_all", params)
         else:
             candidates_path = work_dir / "candidate_ids.parquet"
             pq.write_table(pa.table({"id": np.concatenate(check.candidates)}), candidates_path)
-            row = con.sql(
-                load_sql("duplicate_ids"),
-                params={**params, "candidates_path": candidates_path.as_posix()},
-            ).fetchone()
+            try:
+                row = _one_row(
+                    con, "duplicate_ids", {**params, "candidates_path": candidates_path.as_posix()}
+                )
+            finally:
+                candidates_path.unlink()
         num_duplicated, num_extra, example = row  # type: ignore[misc]
         if not num_duplicated:
             return
@@ -805,6 +833,7 @@ def scan_pools(
     (checked: non-null, unique) or, without one, global row indexes over `files` in their order.
     The flat work file (8 bytes per id) lives in `work_dir` and is deleted at the end.
     """
+    started = time.perf_counter()
     layout = _Layout(counts)
     num_workers = workers or _num_workers(None)
     paths = [file.path.as_posix() for file in files]
@@ -843,9 +872,7 @@ def scan_pools(
         )
     except _NullIds:
         null_params = {"paths": paths, "id_column": id_column}
-        file_index, row, num_null = con.sql(
-            load_sql("first_null_id"), params=null_params
-        ).fetchone()  # type: ignore[misc]
+        file_index, row, num_null = _one_row(con, "first_null_id", null_params)
         raise InputError(
             f"id column {id_column!r} (--id-column) has {num_null} NULL ids, the first in "
             f"{_location(files, file_index, row)}; ids must be non-null: fill them, or drop "
@@ -853,11 +880,17 @@ def scan_pools(
         ) from None
     except duckdb.Error as error:
         raise _read_error(error) from None
+    logger.info(
+        "pools pass: %d ids placed in the work file (%.2fs)",
+        layout.num_ids,
+        time.perf_counter() - started,
+    )
     check = None
     if id_column is not None and id_min is not None and id_max is not None:
         check = _id_check(id_min, id_max)
     _split_pools(layout, flat_path, check, write_pool, workers=num_workers, progress=progress)
     os.unlink(flat_path)
+    logger.info("split into %d pools (%.2fs)", len(layout.lengths), time.perf_counter() - started)
     if check is not None:
         assert id_column is not None
         _check_duplicates(con, check, layout.num_ids, files, id_column, work_dir)

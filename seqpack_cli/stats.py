@@ -16,7 +16,7 @@ from __future__ import annotations
 import dataclasses
 import itertools
 import math
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -94,7 +94,9 @@ class PackingStats:
                 "expected a flat sequence of integer lengths, one per id"
             )
         sizes = np.fromiter(map(len, bins), dtype=np.int64, count=len(bins))
-        ids = np.fromiter(itertools.chain.from_iterable(bins), dtype=np.int64, count=int(sizes.sum()))
+        ids = np.fromiter(
+            itertools.chain.from_iterable(bins), dtype=np.int64, count=int(sizes.sum())
+        )
         if ids.size and (ids.min() < 0 or ids.max() >= len(length_array)):
             bad = int(ids.min()) if ids.min() < 0 else int(ids.max())
             raise InputError(
@@ -111,7 +113,9 @@ class PackingStats:
         ends = np.cumsum(sizes)
         cumulative = np.concatenate(([0], np.cumsum(token_lengths)))
         tokens = cumulative[ends] - cumulative[ends - sizes]
-        return cls._from_distribution(tokens, sizes, np.ones_like(sizes), limit, "bin")
+        return cls._from_distribution(
+            tokens, sizes, np.ones_like(sizes), limit, lambda i: f"bin {i}"
+        )
 
     @classmethod
     def from_templates(cls, templates: Any, max_seq_len: int) -> PackingStats:
@@ -122,17 +126,24 @@ class PackingStats:
         tokens = np.array([sum(template) for template, _ in pairs], dtype=np.int64)
         sizes = np.array([len(template) for template, _ in pairs], dtype=np.int64)
         counts = np.array([count for _, count in pairs], dtype=np.int64)
-        return cls._from_distribution(tokens, sizes, counts, limit, "template")
+        return cls._from_distribution(
+            tokens, sizes, counts, limit, lambda i: f"template {pairs[i][0]}"
+        )
 
     @classmethod
     def _from_distribution(
-        cls, tokens: np.ndarray, sizes: np.ndarray, counts: np.ndarray, limit: int, unit: str
+        cls,
+        tokens: np.ndarray,
+        sizes: np.ndarray,
+        counts: np.ndarray,
+        limit: int,
+        describe: Callable[[int], str],
     ) -> PackingStats:
         """Stats of `counts[i]` bins holding `sizes[i]` sequences and `tokens[i]` tokens each."""
         if tokens.size and tokens.max() > limit:
             worst = int(np.argmax(tokens))
             raise InputError(
-                f"{unit} {worst} holds {int(tokens[worst])} tokens, more than max_seq_len "
+                f"{describe(worst)} holds {int(tokens[worst])} tokens, more than max_seq_len "
                 f"{limit}; pass the max_seq_len the packing was made for"
             )
         num_bins = int(counts.sum())

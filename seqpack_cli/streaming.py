@@ -43,8 +43,9 @@ T = TypeVar("T")
 OverlongPolicy = Literal["error", "drop", "truncate"]
 OVERLONG_POLICIES: tuple[str, ...] = ("error", "drop", "truncate")
 
-# Measured with benchmarks/bench_streaming.py: on realistic length distributions 1024 items is
-# within a couple of percent of the offline packer while holding only ~1k items.
+# benchmarks/bench_streaming.py (1M sequences each of sft, chat, code, web_split): with 1024 items
+# held, the bins are within 0.25% of the offline histogram packer's (99.75-99.96% efficiency);
+# next-fit is 22-26% over. Larger buffers close the rest of the gap at some speed.
 DEFAULT_BUFFER_SIZE = 1024
 
 

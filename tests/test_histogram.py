@@ -46,7 +46,7 @@ def flatten(templates: Counter[tuple[int, ...]]) -> Counter[int]:
     return out
 
 
-def per_item(lengths: list[int], packer, max_seq_len: int, cap: int | None = None):  # noqa: ANN001, ANN201
+def per_item(lengths: list[int], packer, max_seq_len: int, cap: int | None = None):
     return reference.templates_of(packer(lengths, max_seq_len, cap), lengths)
 
 
@@ -151,7 +151,7 @@ def histograms(draw: st.DrawFn) -> tuple[int, list[int]]:
 
 @settings(max_examples=150, deadline=None)
 @given(histograms(), caps)
-def test_grouped_strategies_equal_their_per_item_versions(case, cap) -> None:  # noqa: ANN001
+def test_grouped_strategies_equal_their_per_item_versions(case, cap) -> None:
     max_seq_len, lengths = case
     for name, (grouped, per_item_packer) in GROUPED.items():
         got = grouped(Counter(lengths), max_seq_len, max_seqs_per_bin=cap)
@@ -160,7 +160,7 @@ def test_grouped_strategies_equal_their_per_item_versions(case, cap) -> None:  #
 
 @settings(max_examples=150, deadline=None)
 @given(histograms(), caps)
-def test_engine_invariants_and_never_worse(case, cap) -> None:  # noqa: ANN001
+def test_engine_invariants_and_never_worse(case, cap) -> None:
     max_seq_len, lengths = case
     histogram = Counter(lengths)
     templates = pack_length_histogram_batched(histogram, max_seq_len, max_seqs_per_bin=cap)
@@ -177,7 +177,7 @@ def test_engine_invariants_and_never_worse(case, cap) -> None:  # noqa: ANN001
 
 @settings(max_examples=100, deadline=None)
 @given(histograms(), caps)
-def test_per_item_wfd_invariants(case, cap) -> None:  # noqa: ANN001
+def test_per_item_wfd_invariants(case, cap) -> None:
     max_seq_len, lengths = case
     templates = pack_length_histogram(Counter(lengths), max_seq_len, max_seqs_per_bin=cap)
     assert flatten(templates) == Counter(lengths)
@@ -190,7 +190,7 @@ ALL_PACKERS = [pack_length_histogram, pack_length_histogram_batched, pack_length
 
 
 @pytest.mark.parametrize("packer", ALL_PACKERS)
-def test_length_over_max_seq_len_names_length_limit_and_fix(packer) -> None:  # noqa: ANN001
+def test_length_over_max_seq_len_names_length_limit_and_fix(packer) -> None:
     with pytest.raises(InputError) as error:
         packer({4: 2, 9000: 1}, 8192)
     message = str(error.value)
@@ -200,25 +200,25 @@ def test_length_over_max_seq_len_names_length_limit_and_fix(packer) -> None:  # 
 
 @pytest.mark.parametrize("packer", ALL_PACKERS)
 @pytest.mark.parametrize("bad", [0, -3, 2.5, True, "5", None])
-def test_bad_lengths_are_input_errors(packer, bad) -> None:  # noqa: ANN001
+def test_bad_lengths_are_input_errors(packer, bad) -> None:
     with pytest.raises(InputError, match="length"):
         packer({bad: 1}, 10)
 
 
 @pytest.mark.parametrize("bad", [-1, 1.5, "2"])
-def test_bad_counts_are_input_errors(bad) -> None:  # noqa: ANN001
+def test_bad_counts_are_input_errors(bad) -> None:
     with pytest.raises(InputError, match="count"):
         pack_length_histogram_batched({5: bad}, 10)
 
 
 @pytest.mark.parametrize("packer", ALL_PACKERS)
 @pytest.mark.parametrize("bad", [0, -1, 2.5, True, None])
-def test_bad_max_seq_len_is_a_config_error(packer, bad) -> None:  # noqa: ANN001
+def test_bad_max_seq_len_is_a_config_error(packer, bad) -> None:
     with pytest.raises(ConfigError, match="max_seq_len"):
         packer({5: 1}, bad)
 
 
 @pytest.mark.parametrize("bad", [0, -2, 1.5])
-def test_bad_max_seqs_per_bin_is_a_config_error(bad) -> None:  # noqa: ANN001
+def test_bad_max_seqs_per_bin_is_a_config_error(bad) -> None:
     with pytest.raises(ConfigError, match="max_seqs_per_bin"):
         pack_length_histogram_batched({5: 1}, 10, max_seqs_per_bin=bad)

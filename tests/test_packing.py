@@ -30,7 +30,7 @@ _spec.loader.exec_module(reference)
 PACKERS = [greedy_pack_sequences, heap_pack_sequences]
 
 
-def check_bins(bins, lengths, max_seq_len, cap=None) -> None:  # noqa: ANN001
+def check_bins(bins, lengths, max_seq_len, cap=None) -> None:
     """Every index exactly once, no bin over the limits."""
     assert sorted(i for b in bins for i in b) == list(range(len(lengths)))
     assert all(sum(lengths[i] for i in b) <= max_seq_len for b in bins)
@@ -39,7 +39,7 @@ def check_bins(bins, lengths, max_seq_len, cap=None) -> None:  # noqa: ANN001
         assert all(len(b) <= cap for b in bins)
 
 
-def pairings(bins) -> set[frozenset[int]]:  # noqa: ANN001
+def pairings(bins) -> set[frozenset[int]]:
     return {frozenset(b) for b in bins}
 
 
@@ -135,7 +135,7 @@ def inputs(draw: st.DrawFn) -> tuple[int, list[int]]:
 
 @settings(max_examples=100, deadline=None)
 @given(inputs(), st.one_of(st.none(), st.integers(1, 5)), st.sampled_from([1, 1, 3]))
-def test_every_index_once_within_limits(case, cap, tolerance) -> None:  # noqa: ANN001
+def test_every_index_once_within_limits(case, cap, tolerance) -> None:
     max_seq_len, lengths = case
     for packer in PACKERS:
         for seed in (None, 11):
@@ -145,7 +145,7 @@ def test_every_index_once_within_limits(case, cap, tolerance) -> None:  # noqa: 
 
 @settings(max_examples=100, deadline=None)
 @given(inputs(), st.one_of(st.none(), st.integers(1, 5)))
-def test_no_more_bins_than_per_item_ffd_at_tolerance_one(case, cap) -> None:  # noqa: ANN001
+def test_no_more_bins_than_per_item_ffd_at_tolerance_one(case, cap) -> None:
     max_seq_len, lengths = case
     ffd_bins = len(reference.ffd(lengths, max_seq_len, cap))
     for packer in PACKERS:
@@ -154,7 +154,7 @@ def test_no_more_bins_than_per_item_ffd_at_tolerance_one(case, cap) -> None:  # 
 
 @settings(max_examples=60, deadline=None)
 @given(inputs(), st.integers(0, 2**63 - 1), st.sampled_from([1, 4]))
-def test_same_seed_same_bins(case, seed, tolerance) -> None:  # noqa: ANN001
+def test_same_seed_same_bins(case, seed, tolerance) -> None:
     max_seq_len, lengths = case
     for packer in PACKERS:
         assert packer(lengths, max_seq_len, tolerance, seed) == packer(
@@ -164,7 +164,7 @@ def test_same_seed_same_bins(case, seed, tolerance) -> None:  # noqa: ANN001
 
 @settings(max_examples=60, deadline=None)
 @given(st.integers(0, 2**32), st.integers(0, 2**32), st.sampled_from([1, 2]))
-def test_different_seeds_different_pairings(seed_a, seed_b, tolerance) -> None:  # noqa: ANN001
+def test_different_seeds_different_pairings(seed_a, seed_b, tolerance) -> None:
     if seed_a == seed_b:
         return
     # 30 bins of one 6 and one 4: two seeds give the same matching with probability 1/30!
@@ -179,7 +179,7 @@ def test_different_seeds_different_pairings(seed_a, seed_b, tolerance) -> None: 
 
 
 @pytest.mark.parametrize("packer", PACKERS)
-def test_length_over_max_seq_len(packer) -> None:  # noqa: ANN001
+def test_length_over_max_seq_len(packer) -> None:
     with pytest.raises(InputError) as error:
         packer([100, 5000, 7], 4096)
     message = str(error.value)
@@ -191,13 +191,13 @@ def test_length_over_max_seq_len(packer) -> None:  # noqa: ANN001
 @pytest.mark.parametrize(
     "bad", [[3, 0], [3, -2], [3.5], [True, 2], ["a"], [[1, 2]], [float("nan")]]
 )
-def test_bad_lengths(packer, bad) -> None:  # noqa: ANN001
+def test_bad_lengths(packer, bad) -> None:
     with pytest.raises(InputError):
         packer(bad, 10)
 
 
 @pytest.mark.parametrize("bad", [[0], [2.5], [False]])
-def test_bad_lengths_in_helpers(bad) -> None:  # noqa: ANN001
+def test_bad_lengths_in_helpers(bad) -> None:
     with pytest.raises(InputError):
         length_histogram_from_lengths(bad)
     with pytest.raises(InputError):
@@ -216,7 +216,7 @@ def test_bad_lengths_in_helpers(bad) -> None:  # noqa: ANN001
         ({"max_seqs_per_bin": 0}, "max_seqs_per_bin"),
     ],
 )
-def test_bad_options_are_config_errors(packer, kwargs, option) -> None:  # noqa: ANN001
+def test_bad_options_are_config_errors(packer, kwargs, option) -> None:
     arguments = {"lengths": [3, 4], "max_seq_len": 10, **kwargs}
     with pytest.raises(ConfigError, match=option):
         packer(**arguments)

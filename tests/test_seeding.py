@@ -239,5 +239,5 @@ def test_family_matches_each_permutation(sizes: list[int], seed: int, by_width: 
         members.sort()
     indices = np.array([rng.integers(0, sizes[m]) for m in members], dtype=np.int64)
     got = family.take(members, indices)
-    assert got.tolist() == [perms[m][int(i)] for m, i in zip(members, indices)]
+    assert got.tolist() == [perms[m][int(i)] for m, i in zip(members, indices, strict=True)]
     assert len(family) == len(perms)

@@ -1,0 +1,105 @@
+"""Shared fixtures: small parquet datasets, and a prepared directory built from one.
+
+`parquet_dataset` (session-wide, read-only) is three parquet files, one of them in a hive-style
+`part=b/` folder and one with its columns in another order, with a length column `num_tokens`, a
+unique shuffled id column `doc_id` and a text column. `prepared_dir` is `seqpack prepare` run on
+it (max_seq_len 512, ids from `doc_id`). `write_parquet` writes one file from plain columns.
+Tests that change files copy them first.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+
+def write_parquet(
+    path: Path, columns: Mapping[str, Any], *, row_group_size: int | None = None
+) -> Path:
+    """Write `columns` ({name: list or array}) as one parquet file; returns its path."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    pq.write_table(pa.table(dict(columns)), path, row_group_size=row_group_size)
+    return path
+
+
+@dataclass(frozen=True)
+class ParquetDataset:
+    """A small dataset on disk and, in global row order (files sorted by path), its columns."""
+
+    root: Path
+    files: list[Path]
+    lengths: np.ndarray
+    ids: np.ndarray
+    length_column: str = "num_tokens"
+    id_column: str = "doc_id"
+
+    def pools(self, *, by_row_index: bool = False, max_seq_len: int | None = None) -> dict:
+        """The expected pools: {length: ascending ids} (ids = doc_id or the row index)."""
+        ids = np.arange(len(self.lengths)) if by_row_index else self.ids
+        keep = (
+            np.ones(len(self.lengths), bool) if max_seq_len is None else self.lengths <= max_seq_len
+        )
+        return {
+            int(length): np.sort(ids[keep & (self.lengths == length)])
+            for length in np.unique(self.lengths[keep])
+        }
+
+    def counts(self, *, max_seq_len: int | None = None) -> dict[int, int]:
+        return {length: len(ids) for length, ids in self.pools(max_seq_len=max_seq_len).items()}
+
+
+def make_dataset(
+    root: Path, num_rows: int = 3000, *, seed: int = 0, max_length: int = 300
+) -> ParquetDataset:
+    """Three files (sizes 40% / 35% / 25%), lengths 1..max_length, ids a shuffled sparse set."""
+    rng = np.random.default_rng(seed)
+    lengths = np.clip(rng.lognormal(4.0, 0.9, num_rows), 1, max_length).astype(np.int64)
+    ids = rng.permutation(num_rows).astype(np.int64) * 7 + 1_000
+    cuts = [0, int(num_rows * 0.4), int(num_rows * 0.75), num_rows]
+    names = [root / "a.parquet", root / "part=b" / "b.parquet", root / "c.parquet"]
+    for i, path in enumerate(names):
+        part = slice(cuts[i], cuts[i + 1])
+        columns: dict[str, Any] = {
+            "doc_id": ids[part],
+            "num_tokens": lengths[part],
+            "text": [f"doc {x}" for x in ids[part]],
+        }
+        if i == 2:  # same columns, another order
+            columns = {k: columns[k] for k in ("text", "num_tokens", "doc_id")}
+        write_parquet(path, columns, row_group_size=500)
+    files = sorted(names, key=lambda p: p.as_posix())
+    # Global row order follows the sorted file paths: a, c, part=b/b.
+    order = [0, 2, 1]
+    lengths_sorted = np.concatenate([lengths[cuts[i] : cuts[i + 1]] for i in order])
+    ids_sorted = np.concatenate([ids[cuts[i] : cuts[i + 1]] for i in order])
+    return ParquetDataset(root, files, lengths_sorted, ids_sorted)
+
+
+@pytest.fixture(scope="session")
+def parquet_dataset(tmp_path_factory: pytest.TempPathFactory) -> ParquetDataset:
+    """A read-only three-file dataset (see the module docstring)."""
+    return make_dataset(tmp_path_factory.mktemp("parquet_dataset"))
+
+
+@pytest.fixture(scope="session")
+def prepared_dir(parquet_dataset: ParquetDataset, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """`seqpack prepare` of `parquet_dataset` (max_seq_len 512, ids from doc_id); read-only."""
+    from seqpack_cli.prepare import PrepareConfig, prepare_dataset
+
+    output = tmp_path_factory.mktemp("prepared") / "prepared"
+    config = PrepareConfig(
+        inputs=[parquet_dataset.root],
+        length_column="num_tokens",
+        id_column="doc_id",
+        max_seq_len=512,
+        output=output,
+    )
+    prepare_dataset(config)
+    return output

@@ -1,0 +1,395 @@
+"""`seqpack stats` end to end through typer's CliRunner: every option, both modes, the errors."""
+
+from __future__ import annotations
+
+import json
+import re
+from collections import Counter
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+from typer.testing import CliRunner
+
+from seqpack_cli.cli import app
+from seqpack_cli.histogram import pack_length_histogram_batched
+from seqpack_cli.prepare import PrepareConfig, prepare_dataset
+from seqpack_cli.prepared import load_prepared
+from seqpack_cli.stats import PackingStats
+from seqpack_cli.sweep import DEFAULT_SAMPLE_SIZE
+
+runner = CliRunner()
+MAX_SEQ_LEN = 512
+
+PROFILE_KEYS = {
+    "kind",
+    "path",
+    "verified",
+    "sample_size",
+    "seed",
+    "max_seq_len",
+    "stats",
+    "lengths",
+    "no_packing",
+    "sequential",
+    "length_histogram",
+    "bin_fullness",
+    "seqs_per_bin",
+    "num_templates",
+    "top_templates",
+    "prepare",
+}
+SWEEP_KEYS = {
+    "kind",
+    "source",
+    "inputs",
+    "length_column",
+    "lengths",
+    "length_histogram",
+    "sample_size",
+    "seed",
+    "max_seqs_per_bin",
+    "rows",
+}
+ROW_KEYS = {
+    "max_seq_len",
+    "num_over_cap",
+    "num_tokens_over_cap",
+    "seqpack",
+    "no_packing",
+    "sequential",
+    "bins_saved_vs_sequential",
+}
+BASELINE_KEYS = {
+    "method",
+    "num_bins",
+    "num_sequences",
+    "num_tokens",
+    "capacity",
+    "efficiency",
+    "padding",
+    "padding_ratio",
+    "avg_seqs_per_bin",
+    "num_simulated",
+    "estimated",
+}
+
+
+# ---- fixtures: a small parquet dataset and a prepared directory made from it ----------------
+
+
+@pytest.fixture(scope="module")
+def lengths() -> np.ndarray:
+    # 3,000 sequences, mostly short, 60 of them over MAX_SEQ_LEN (513..900)
+    rng = np.random.default_rng(11)
+    short = np.minimum(rng.lognormal(4.5, 0.7, 2_940).astype(np.int64) + 1, MAX_SEQ_LEN)
+    return np.concatenate([short, rng.integers(MAX_SEQ_LEN + 1, 901, 60)])
+
+
+@pytest.fixture(scope="module")
+def data_dir(tmp_path_factory: pytest.TempPathFactory, lengths: np.ndarray) -> Path:
+    directory = tmp_path_factory.mktemp("data")
+    for part, chunk in enumerate(np.array_split(lengths, 2)):
+        table = pa.table({"num_tokens": pa.array(chunk, pa.int64()), "text": ["x"] * chunk.size})
+        pq.write_table(table, directory / f"part-{part}.parquet")
+    return directory
+
+
+@pytest.fixture(scope="module")
+def prepared_dir(tmp_path_factory: pytest.TempPathFactory, data_dir: Path) -> Path:
+    output = tmp_path_factory.mktemp("prep") / "prepared"
+    config = PrepareConfig(
+        inputs=[str(data_dir)],
+        length_column="num_tokens",
+        max_seq_len=MAX_SEQ_LEN,
+        output=output,
+        filter_over_cap=True,
+    )
+    prepare_dataset(config)
+    return output
+
+
+def _histogram(lengths: np.ndarray) -> dict[int, int]:
+    values, counts = np.unique(lengths, return_counts=True)
+    return dict(zip(values.tolist(), counts.tolist(), strict=True))
+
+
+def _invoke(*args: str):  # type: ignore[no-untyped-def]
+    return runner.invoke(app, list(args), env={"COLUMNS": "150"})
+
+
+def _one_line_error(result, exit_code: int = 1) -> str:  # type: ignore[no-untyped-def]
+    assert result.exit_code == exit_code, result.output
+    assert "Traceback" not in result.output
+    lines = [line for line in result.stderr.splitlines() if line.strip()]
+    assert len(lines) == 1, result.stderr
+    return lines[0]
+
+
+def _assert_standalone_html(document: str) -> None:
+    assert document.startswith("<!DOCTYPE html>") and document.rstrip().endswith("</html>")
+    assert "<svg" in document
+    assert "http" not in document.lower()  # nothing fetched from anywhere
+    assert not re.search(r"<script|<link|<img|\bsrc=|\bhref=|url\(|@import", document)
+
+
+# ---- help ---------------------------------------------------------------------------------
+
+
+def test_every_command_has_help() -> None:
+    result = _invoke("--help")
+    assert result.exit_code == 0 and "stats" in result.stdout
+    for command in app.registered_commands:
+        name = command.name or command.callback.__name__  # type: ignore[union-attr]
+        help_result = _invoke(name, "--help")
+        assert help_result.exit_code == 0, name
+        assert len(help_result.stdout) > 200, name
+
+
+def test_stats_help_documents_the_options_baselines_and_json_keys() -> None:
+    text = " ".join(_invoke("stats", "--help").stdout.split())
+    text = re.sub(r"[│╭╮╰╯─]", "", text)
+    for phrase in (
+        "--max-seq-len 1024 --max-seq-len 2048",  # repeated
+        "--max-seq-len 1024,2048,4096",  # comma list
+        "next-fit",
+        "padded to max_seq_len",
+        "an estimate",
+        "bins_saved_vs_sequential",
+        "top_templates",
+    ):
+        assert phrase in " ".join(text.split()), phrase
+    assert str(DEFAULT_SAMPLE_SIZE) in text  # the CLI default is the library's
+
+
+# ---- a prepared directory ---------------------------------------------------------------------
+
+
+def test_prepared_terminal_report(prepared_dir: Path) -> None:
+    result = _invoke("stats", str(prepared_dir))
+    assert result.exit_code == 0, result.output
+    out = result.stdout
+    stats = PackingStats.from_templates(load_prepared(prepared_dir).templates, MAX_SEQ_LEN)
+    assert f"{stats.num_bins:,}" in out and f"{stats.num_sequences:,}" in out
+    for heading in ("Sequence lengths", "Bin fullness", "Sequences per bin", "Most common"):
+        assert heading in out
+    assert "no packing" in out and "sequential" in out
+    assert "60 sequences over max_seq_len" in out  # dropped by prepare, from the manifest
+
+
+def test_prepared_json_agrees_with_packing_stats(prepared_dir: Path) -> None:
+    result = _invoke("stats", str(prepared_dir), "--json", "--top", "3", "--seed", "5")
+    assert result.exit_code == 0, result.output
+    document = json.loads(result.stdout)
+    assert set(document) == PROFILE_KEYS
+    prepared = load_prepared(prepared_dir)
+    direct = PackingStats.from_templates(prepared.templates, MAX_SEQ_LEN)
+    assert document["stats"] == direct.to_dict()
+    assert document["kind"] == "prepared" and document["verified"] is False
+    assert document["seed"] == 5 and document["max_seq_len"] == MAX_SEQ_LEN
+    assert set(document["no_packing"]) == set(document["sequential"]) == BASELINE_KEYS
+    # no packing: one row per sequence
+    assert document["no_packing"]["num_bins"] == sum(prepared.counts.values())
+    # top 3 templates, most common first, as in templates.json
+    top = document["top_templates"]
+    assert len(top) == 3
+    assert [entry["num_bins"] for entry in top] == sorted(prepared.templates.values())[::-1][:3]
+    for entry in top:
+        assert prepared.templates[tuple(entry["template"])] == entry["num_bins"]
+    assert sum(b["count"] for b in document["bin_fullness"]) == direct.num_bins
+    assert sum(b["count"] for b in document["length_histogram"]) == direct.num_sequences
+    assert document["prepare"]["summary"]["num_dropped"] == 60
+
+
+def test_prepared_html_and_verify(prepared_dir: Path, tmp_path: Path) -> None:
+    target = tmp_path / "report.html"
+    result = _invoke("stats", str(prepared_dir), "--verify", "--html", str(target), "--quiet")
+    assert result.exit_code == 0, result.output
+    _assert_standalone_html(target.read_text(encoding="utf-8"))
+    assert "sha256 of every file" in result.stdout
+    assert json.loads(_invoke("stats", str(prepared_dir), "--verify", "--json").stdout)["verified"]
+
+
+def test_verify_catches_a_tampered_prepared_dir(prepared_dir: Path, tmp_path: Path) -> None:
+    import shutil
+
+    copy = tmp_path / "tampered"
+    shutil.copytree(prepared_dir, copy)
+    pool = sorted((copy / "pools").glob("*.npy"))[0]
+    data = bytearray(pool.read_bytes())
+    data[-1] ^= 0xFF  # same size, different bytes: only the sha256 can tell
+    pool.write_bytes(bytes(data))
+    assert _invoke("stats", str(copy)).exit_code == 0  # sizes alone look fine
+    line = _one_line_error(_invoke("stats", str(copy), "--verify"))
+    assert line.startswith("error:") and "sha256" in line and pool.name in line
+
+
+def test_missing_prepared_dir(tmp_path: Path) -> None:
+    line = _one_line_error(_invoke("stats", str(tmp_path / "nope")))
+    assert "does not exist" in line and "seqpack prepare" in line
+
+
+def test_directory_without_manifest(data_dir: Path) -> None:
+    line = _one_line_error(_invoke("stats", str(data_dir)))
+    assert "not a prepared directory" in line and "--length-column" in line
+
+
+# ---- a max_seq_len sweep ----------------------------------------------------------------------
+
+
+def test_sweep_json_agrees_with_numpy(data_dir: Path, lengths: np.ndarray) -> None:
+    result = _invoke(
+        "stats",
+        str(data_dir),
+        "--length-column",
+        "num_tokens",
+        "--max-seq-len",
+        "1024",
+        "--max-seq-len",
+        "256,512",
+        "--json",
+    )
+    assert result.exit_code == 0, result.output
+    document = json.loads(result.stdout)
+    assert set(document) == SWEEP_KEYS
+    assert document["kind"] == "sweep" and document["source"] == "parquet"
+    assert len(document["inputs"]) == 2 and document["length_column"] == "num_tokens"
+    assert document["lengths"]["num_sequences"] == lengths.size
+    assert document["lengths"]["num_tokens"] == int(lengths.sum())
+    assert [row["max_seq_len"] for row in document["rows"]] == [256, 512, 1024]
+    for row in document["rows"]:
+        assert set(row) == ROW_KEYS
+        cap = row["max_seq_len"]
+        kept = lengths[lengths <= cap]
+        # sequences over the cap: counted, then left out of every figure
+        assert row["num_over_cap"] == int((lengths > cap).sum())
+        assert row["num_tokens_over_cap"] == int(lengths[lengths > cap].sum())
+        direct = PackingStats.from_templates(
+            pack_length_histogram_batched(_histogram(kept), cap), cap
+        )
+        assert row["seqpack"] == direct.to_dict()
+        # no packing: one row per kept sequence, padded to the cap
+        assert row["no_packing"]["num_bins"] == kept.size
+        assert row["no_packing"]["efficiency"] == pytest.approx(kept.sum() / (kept.size * cap))
+        # 3,000 sequences < the default sample: the whole dataset is simulated, not scaled
+        assert row["sequential"]["num_simulated"] == kept.size
+        assert not row["sequential"]["estimated"]
+        assert direct.num_bins <= row["sequential"]["num_bins"] <= kept.size
+
+
+def test_max_seq_len_forms_agree(data_dir: Path) -> None:
+    base = ("stats", str(data_dir), "--length-column", "num_tokens", "--json")
+    repeated = _invoke(*base, "--max-seq-len", "512", "--max-seq-len", "256")
+    comma = _invoke(*base, "--max-seq-len", "256,512")
+    assert repeated.exit_code == comma.exit_code == 0
+    assert json.loads(repeated.stdout) == json.loads(comma.stdout)
+
+
+def test_sweep_terminal_report_and_html(data_dir: Path, tmp_path: Path) -> None:
+    target = tmp_path / "sweep.html"
+    result = _invoke(
+        "stats",
+        str(data_dir / "*.parquet"),
+        "--length-column",
+        "num_tokens",
+        "--max-seq-len",
+        "256,512",
+        "--html",
+        str(target),
+    )
+    assert result.exit_code == 0, result.output
+    out = result.stdout
+    assert "2 parquet files" in out and "'num_tokens'" in out
+    assert "Per max_seq_len" in out and "Efficiency" in out and "next-fit" in out
+    assert "HTML report written" in result.stderr
+    _assert_standalone_html(target.read_text(encoding="utf-8"))
+
+
+def test_sweep_every_option(data_dir: Path, tmp_path: Path) -> None:
+    result = _invoke(
+        "stats",
+        str(data_dir),
+        "--length-column",
+        "num_tokens",
+        "--max-seq-len",
+        "64",
+        "--max-seqs-per-bin",
+        "2",
+        "--sample-size",
+        "500",
+        "--seed",
+        "3",
+        "--threads",
+        "1",
+        "--memory-limit",
+        "1GB",
+        "--temp-dir",
+        str(tmp_path),
+        "--quiet",
+        "--json",
+    )
+    assert result.exit_code == 0, result.output
+    document = json.loads(result.stdout)
+    row = document["rows"][0]
+    assert document["max_seqs_per_bin"] == 2 and row["seqpack"]["max_seqs_in_bin"] <= 2
+    assert (document["sample_size"], document["seed"]) == (500, 3)
+    # more kept sequences than the sample: simulated on 500 and scaled up
+    assert row["sequential"]["num_simulated"] == 500 and row["sequential"]["estimated"]
+
+
+def test_sweep_over_a_prepared_dir_uses_its_counts(prepared_dir: Path) -> None:
+    result = _invoke("stats", str(prepared_dir), "--max-seq-len", "128,512", "--json")
+    assert result.exit_code == 0, result.output
+    document = json.loads(result.stdout)
+    assert document["source"] == "prepared"
+    counts = Counter(load_prepared(prepared_dir).counts)
+    assert document["lengths"]["num_sequences"] == sum(counts.values())
+    assert document["rows"][1]["num_over_cap"] == 0  # prepare dropped those already
+
+
+# ---- errors ---------------------------------------------------------------------------------
+
+
+def test_usage_errors_exit_2(data_dir: Path) -> None:
+    base = ("stats", str(data_dir), "--length-column", "num_tokens")
+    result = _invoke(*base, "--max-seq-len", "abc")
+    assert result.exit_code == 2 and "1024,2048" in result.output
+    result = _invoke(*base, "--max-seq-len", "0")
+    assert result.exit_code == 2
+    # the issue's `--max-seq-len 1024 2048` form: 2048 lands among the inputs; say what to do
+    result = _invoke(
+        "stats", "--max-seq-len", "1024", "2048", str(data_dir), "--length-column", "n"
+    )
+    assert result.exit_code == 2 and "--max-seq-len 1024,2048" in " ".join(result.output.split())
+
+
+@pytest.mark.parametrize(
+    ("extra", "expected"),
+    [
+        (("--max-seq-len", "512"), "--length-column is required"),
+        (("--length-column", "num_tokens"), "without --max-seq-len"),
+        (("--length-column", "num_tokens", "--max-seq-len", "512", "--verify"), "--verify"),
+        (("--length-column", "no_such_column", "--max-seq-len", "512"), "no_such_column"),
+    ],
+)
+def test_one_line_errors(data_dir: Path, extra: tuple[str, ...], expected: str) -> None:
+    line = _one_line_error(_invoke("stats", str(data_dir), *extra))
+    assert line.startswith("error:") and expected in line
+
+
+def test_bad_inputs_and_paths(data_dir: Path, prepared_dir: Path, tmp_path: Path) -> None:
+    line = _one_line_error(_invoke("stats", str(data_dir), str(prepared_dir)))
+    assert "--max-seq-len" in line
+    line = _one_line_error(
+        _invoke("stats", str(prepared_dir), "--length-column", "x", "--max-seq-len", "512")
+    )
+    assert "does not apply" in line
+    missing = tmp_path / "no" / "such" / "dir" / "r.html"
+    line = _one_line_error(_invoke("stats", str(prepared_dir), "--html", str(missing)))
+    assert "--html" in line
+    line = _one_line_error(
+        _invoke("stats", str(tmp_path / "*.parquet"), "--length-column", "n", "--max-seq-len", "8")
+    )
+    assert "matches no files" in line

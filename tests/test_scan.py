@@ -1,0 +1,340 @@
+"""seqpack_cli.scan: inputs, footer checks, the DuckDB histogram and the pools pass.
+
+Every SQL result is checked against a numpy oracle computed from the same parquet data.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import numpy as np
+import pytest
+from conftest import ParquetDataset, make_dataset, write_parquet
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from seqpack_cli import scan
+from seqpack_cli.errors import InputError
+
+SQL_DIR = Path(__file__).resolve().parent.parent / "sql"
+
+
+# ---- SQL files --------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("path", sorted(SQL_DIR.glob("*.sql")), ids=lambda p: p.name)
+def test_sql_files_are_one_commented_statement_with_named_parameters(path: Path) -> None:
+    text = path.read_text()
+    assert text.startswith("--"), "each SQL file opens with a header comment"
+    code = "\n".join(line for line in text.splitlines() if not line.lstrip().startswith("--"))
+    assert ";" not in code.strip().rstrip(";"), "one statement per file"
+    assert "$paths" in code, "inputs come in as the $paths parameter"
+    assert not re.search(r"\{[a-z_]*\}|%s|%\(", code), "no string formatting placeholders"
+    assert scan.load_sql(path.stem) == text
+
+
+# ---- resolve_inputs ---------------------------------------------------------------------------
+
+
+def test_resolve_inputs_expands_files_globs_and_directories(tmp_path: Path) -> None:
+    files = [
+        write_parquet(tmp_path / "data" / "x=1" / "b.parquet", {"a": [1]}),
+        write_parquet(tmp_path / "data" / "x=2" / "a.parquet", {"a": [1]}),
+        write_parquet(tmp_path / "data" / "top.parquet", {"a": [1]}),
+    ]
+    # Spark-style leftovers are not data.
+    write_parquet(tmp_path / "data" / "_tmp" / "junk.parquet", {"a": [1]})
+    write_parquet(tmp_path / "data" / ".hidden.parquet", {"a": [1]})
+    (tmp_path / "data" / "_SUCCESS").write_text("")
+    expected = sorted(files, key=lambda p: p.as_posix())
+    assert scan.resolve_inputs([tmp_path / "data"]) == expected
+    assert scan.resolve_inputs([str(tmp_path / "data" / "**" / "*.parquet")]) == expected
+    # Order of naming and duplicates do not matter.
+    assert scan.resolve_inputs([files[2], files[0], files[1], files[0]]) == expected
+    assert scan.resolve_inputs(str(files[1])) == [files[1]]
+
+
+@pytest.mark.parametrize(
+    ("make", "message"),
+    [
+        (lambda d: d / "missing.parquet", "does not exist"),
+        (lambda d: str(d / "*.nothing"), "matches no files"),
+        (lambda d: d, "holds no *.parquet files"),
+    ],
+)
+def test_resolve_inputs_refuses_what_matches_nothing(tmp_path: Path, make, message) -> None:
+    with pytest.raises(InputError, match=re.escape(message)):
+        scan.resolve_inputs([make(tmp_path)])
+
+
+# ---- inspect_inputs ---------------------------------------------------------------------------
+
+
+def test_inspect_inputs_reads_row_counts_and_sizes(parquet_dataset: ParquetDataset) -> None:
+    files = scan.inspect_inputs(parquet_dataset.files, "num_tokens", "doc_id")
+    assert [f.path for f in files] == parquet_dataset.files
+    assert sum(f.num_rows for f in files) == len(parquet_dataset.lengths)
+    assert all(f.num_bytes == f.path.stat().st_size for f in files)
+
+
+def test_inspect_inputs_refuses_non_parquet_and_truncated_files(tmp_path: Path) -> None:
+    text_file = tmp_path / "notes.parquet"
+    text_file.write_text("not parquet at all")
+    with pytest.raises(InputError, match=r"notes\.parquet is not a readable parquet file"):
+        scan.inspect_inputs([text_file], "n")
+    good = write_parquet(tmp_path / "good.parquet", {"n": list(range(1, 100))})
+    cut = tmp_path / "cut.parquet"
+    cut.write_bytes(good.read_bytes()[:-20])
+    with pytest.raises(InputError, match=r"cut\.parquet is not a readable parquet file"):
+        scan.inspect_inputs([cut], "n")
+
+
+def test_inspect_inputs_lists_the_columns_when_one_is_missing(tmp_path: Path) -> None:
+    path = write_parquet(tmp_path / "a.parquet", {"tokens": [1], "doc": [2]})
+    with pytest.raises(InputError, match=r"'length' \(--length-column\).*columns are: tokens, doc"):
+        scan.inspect_inputs([path], "length")
+    with pytest.raises(InputError, match=r"'uid' \(--id-column\).*columns are: tokens, doc"):
+        scan.inspect_inputs([path], "tokens", "uid")
+
+
+@pytest.mark.parametrize(("values", "kind"), [([1.0, 2.5], "double"), (["3", "4"], "string")])
+def test_inspect_inputs_refuses_non_integer_lengths(tmp_path: Path, values, kind) -> None:
+    path = write_parquet(tmp_path / "a.parquet", {"n": values})
+    with pytest.raises(InputError, match=f"holds {kind} values; expected integer token counts"):
+        scan.inspect_inputs([path], "n")
+
+
+def test_inspect_inputs_names_the_file_whose_schema_disagrees(tmp_path: Path) -> None:
+    a = write_parquet(tmp_path / "a.parquet", {"n": np.array([1], np.int64), "x": [1]})
+    b = write_parquet(tmp_path / "b.parquet", {"x": [1], "n": np.array([1], np.int64)})
+    c = write_parquet(tmp_path / "c.parquet", {"n": np.array([1], np.int32), "x": [1]})
+    d = write_parquet(tmp_path / "d.parquet", {"n": np.array([1], np.int64)})
+    assert len(scan.inspect_inputs([a, b], "n")) == 2  # column order does not matter
+    with pytest.raises(InputError, match=r"c\.parquet has a different schema.*'n' is int32"):
+        scan.inspect_inputs([a, c], "n")
+    with pytest.raises(InputError, match=r"d\.parquet has a different schema.*no column 'x'"):
+        scan.inspect_inputs([a, d], "n")
+
+
+# ---- histogram --------------------------------------------------------------------------------
+
+
+def test_histogram_matches_numpy(parquet_dataset: ParquetDataset) -> None:
+    histogram = scan.scan_length_histogram(parquet_dataset.files, "num_tokens", threads=2)
+    lengths, counts = np.unique(parquet_dataset.lengths, return_counts=True)
+    assert histogram == dict(zip(lengths.tolist(), counts.tolist(), strict=True))
+    assert list(histogram) == sorted(histogram)
+
+
+def test_histogram_reports_progress(parquet_dataset: ParquetDataset) -> None:
+    calls: list[tuple[str, int, int]] = []
+    scan.scan_length_histogram(
+        parquet_dataset.files, "num_tokens", progress=lambda *a: calls.append(a)
+    )
+    total = len(parquet_dataset.lengths)
+    assert calls[-1] == ("histogram", total, total)
+    assert all(phase == "histogram" and 0 <= done <= total for phase, done, _ in calls)
+
+
+@pytest.mark.parametrize(
+    ("bad", "shown"), [(None, "NULL"), (0, "0"), (-5, "-5")], ids=["null", "zero", "negative"]
+)
+def test_histogram_refuses_bad_lengths_with_count_and_first_row(tmp_path: Path, bad, shown) -> None:
+    write_parquet(tmp_path / "a.parquet", {"n": [3, 4, 5]})
+    write_parquet(tmp_path / "b.parquet", {"n": [3, bad, 7, bad]})
+    files = scan.resolve_inputs([tmp_path])
+    message = rf"2 NULL, zero or negative lengths, the first \({shown}\) in .*b\.parquet at row 1"
+    with pytest.raises(InputError, match=message):
+        scan.scan_length_histogram(files, "n")
+
+
+# ---- the pools pass ---------------------------------------------------------------------------
+
+
+def _scan_pools(files, counts, *, id_column, tmp_path, max_seq_len=10**9, workers=2):
+    written: dict[int, np.ndarray] = {}
+
+    def sink(length, count, chunks):
+        ids = np.concatenate([np.asarray(c) for c in chunks])
+        assert ids.size == count
+        written[length] = ids
+
+    work = tmp_path / "work"
+    work.mkdir(exist_ok=True)
+    con = scan.connect(threads=2)
+    try:
+        result = scan.scan_pools(
+            con,
+            scan.inspect_inputs(files, "num_tokens", id_column),
+            "num_tokens",
+            counts,
+            id_column=id_column,
+            max_seq_len=max_seq_len,
+            work_dir=work,
+            write_pool=sink,
+            workers=workers,
+        )
+    finally:
+        con.close()
+    assert not list(work.iterdir()), "the work file is removed"
+    return written, result
+
+
+def _assert_pools_equal(got: dict, expected: dict) -> None:
+    assert sorted(got) == sorted(expected)
+    for length, ids in expected.items():
+        np.testing.assert_array_equal(got[length], ids)
+
+
+@pytest.mark.parametrize("id_column", ["doc_id", None])
+def test_pools_match_numpy(parquet_dataset: ParquetDataset, tmp_path: Path, id_column) -> None:
+    pools, result = _scan_pools(
+        parquet_dataset.files, parquet_dataset.counts(), id_column=id_column, tmp_path=tmp_path
+    )
+    _assert_pools_equal(pools, parquet_dataset.pools(by_row_index=id_column is None))
+    assert result.num_ids == len(parquet_dataset.lengths)
+    if id_column:
+        assert (result.id_min, result.id_max) == (
+            parquet_dataset.ids.min(),
+            parquet_dataset.ids.max(),
+        )
+
+
+def test_pools_with_tiny_batches_units_remaps_and_merged_runs(
+    parquet_dataset: ParquetDataset, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Shrink every size so each code path runs: many batches, re-mapping of the work file,
+    # multi-pool units, and big pools sorted in runs and merged.
+    monkeypatch.setattr(scan, "_BATCH_ROWS", 64)
+    monkeypatch.setattr(scan, "_REMAP_ROWS", 200)
+    monkeypatch.setattr(scan, "_UNIT_IDS", 50)
+    monkeypatch.setattr(scan, "_MAX_SORT_IDS", 8)
+    pools, _ = _scan_pools(
+        parquet_dataset.files, parquet_dataset.counts(), id_column="doc_id", tmp_path=tmp_path
+    )
+    _assert_pools_equal(pools, parquet_dataset.pools())
+
+
+def test_pools_leave_out_lengths_over_the_cap(
+    parquet_dataset: ParquetDataset, tmp_path: Path
+) -> None:
+    counts = parquet_dataset.counts(max_seq_len=40)
+    pools, _ = _scan_pools(
+        parquet_dataset.files, counts, id_column="doc_id", tmp_path=tmp_path, max_seq_len=40
+    )
+    _assert_pools_equal(pools, parquet_dataset.pools(max_seq_len=40))
+
+
+@settings(
+    max_examples=12, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(
+    lengths=st.lists(st.integers(1, 9), min_size=1, max_size=60),
+    cut=st.integers(0, 60),
+    sparse=st.booleans(),
+    seed=st.integers(0, 2**16),
+)
+def test_pools_property(tmp_path_factory, lengths, cut, sparse, seed) -> None:
+    tmp_path = tmp_path_factory.mktemp("prop")
+    rng = np.random.default_rng(seed)
+    num = len(lengths)
+    step = 2**40 if sparse else 3  # sparse ids take the hashed-bitmap duplicate check
+    ids = rng.permutation(num).astype(np.int64) * step - 7
+    cut = min(cut, num)
+    array = np.array(lengths, dtype=np.int64)
+    files = [
+        write_parquet(tmp_path / "a.parquet", {"num_tokens": array[:cut], "doc_id": ids[:cut]}),
+        write_parquet(tmp_path / "b.parquet", {"num_tokens": array[cut:], "doc_id": ids[cut:]}),
+    ]
+    counts = {int(x): int((array == x).sum()) for x in np.unique(array)}
+    pools, _ = _scan_pools(
+        files, counts, id_column="doc_id", tmp_path=tmp_path, workers=1 + seed % 2
+    )
+    _assert_pools_equal(pools, {x: np.sort(ids[array == x]) for x in counts})
+
+
+def test_merged_runs_sorts_a_pool_larger_than_memory_runs(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(scan, "_MAX_SORT_IDS", 1000)
+    rng = np.random.default_rng(1)
+    values = rng.integers(-(2**62), 2**62, 25_000)
+    values[:3000] = np.sort(values[:3000])  # a run that is already sorted is left alone
+    path = tmp_path / "flat.bin"
+    np.concatenate([[5, 6], values, [7]]).astype(np.int64).tofile(path)
+    chunks = list(scan._merged_runs(path, 2, values.size))
+    np.testing.assert_array_equal(np.concatenate(chunks), np.sort(values))
+
+
+def test_null_ids_are_refused_with_count_and_first_row(tmp_path: Path) -> None:
+    write_parquet(tmp_path / "a.parquet", {"num_tokens": [3, 4], "doc_id": [1, 2]})
+    write_parquet(tmp_path / "b.parquet", {"num_tokens": [3, 4, 5], "doc_id": [3, None, None]})
+    files = scan.resolve_inputs([tmp_path])
+    with pytest.raises(
+        InputError, match=r"2 NULL ids, the first in .*b\.parquet at row 1 \(0-based\)"
+    ):
+        _scan_pools(files, {3: 2, 4: 2, 5: 1}, id_column="doc_id", tmp_path=tmp_path)
+
+
+@pytest.mark.parametrize("step", [1, 2**40], ids=["dense", "sparse"])
+def test_duplicate_ids_are_refused_with_count_and_example(tmp_path: Path, step: int) -> None:
+    # id 2*step occurs in two pools (lengths 3 and 5) and in two files; 4*step occurs 3 times.
+    write_parquet(
+        tmp_path / "a.parquet",
+        {"num_tokens": [3, 4, 5, 6], "doc_id": [x * step for x in (1, 2, 4, 4)]},
+    )
+    write_parquet(
+        tmp_path / "b.parquet", {"num_tokens": [5, 6, 7], "doc_id": [x * step for x in (2, 4, 8)]}
+    )
+    files = scan.resolve_inputs([tmp_path])
+    counts = {3: 1, 4: 1, 5: 2, 6: 2, 7: 1}
+    message = (
+        rf"2 duplicated ids \(3 extra rows\), e\.g\. id {2 * step} in .*a\.parquet at row 1 "
+        r"\(0-based\) and .*b\.parquet at row 0"
+    )
+    with pytest.raises(InputError, match=message):
+        _scan_pools(files, counts, id_column="doc_id", tmp_path=tmp_path)
+
+
+def test_sparse_duplicate_check_survives_hash_collisions(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A 2**4-bit bitmap makes almost every id a candidate; DuckDB then clears them all.
+    monkeypatch.setattr(scan._SparseIdCheck, "bits_log2", 4)
+    ids = np.arange(200, dtype=np.int64) * 2**40
+    path = write_parquet(
+        tmp_path / "a.parquet", {"num_tokens": np.arange(200) % 5 + 1, "doc_id": ids}
+    )
+    pools, _ = _scan_pools(
+        [path], {x: 40 for x in range(1, 6)}, id_column="doc_id", tmp_path=tmp_path
+    )
+    assert sum(len(p) for p in pools.values()) == 200
+
+
+def test_sparse_duplicate_check_falls_back_to_duckdb_past_the_candidate_cap(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(scan._SparseIdCheck, "bits_log2", 4)
+    monkeypatch.setattr(scan._SparseIdCheck, "max_candidates", 3)
+    ids = np.arange(100, dtype=np.int64) * 2**40
+    ids[50] = ids[10]
+    path = write_parquet(tmp_path / "a.parquet", {"num_tokens": np.full(100, 4), "doc_id": ids})
+    with pytest.raises(
+        InputError, match=rf"1 duplicated ids \(1 extra rows\), e\.g\. id {ids[10]}"
+    ):
+        _scan_pools([path], {4: 100}, id_column="doc_id", tmp_path=tmp_path)
+
+
+def test_changed_inputs_are_detected(parquet_dataset: ParquetDataset, tmp_path: Path) -> None:
+    counts = parquet_dataset.counts()
+    first = next(iter(counts))
+    counts[first] += 1  # as if a row vanished between the two passes
+    with pytest.raises(InputError, match="the inputs changed while prepare was reading them"):
+        _scan_pools(parquet_dataset.files, counts, id_column=None, tmp_path=tmp_path)
+
+
+def test_fixture_dataset_round_trips(tmp_path: Path) -> None:
+    data = make_dataset(tmp_path, num_rows=50, seed=3)
+    histogram = scan.scan_length_histogram(data.files, "num_tokens")
+    assert histogram == data.counts()

@@ -1,0 +1,187 @@
+"""PackingStats: the same numbers from bins and from templates."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import time
+from collections import Counter
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from seqpack_cli.epoch import EpochPlan
+from seqpack_cli.errors import ConfigError, InputError
+from seqpack_cli.stats import PackingStats
+
+SETTINGS = settings(max_examples=40, deadline=None)
+
+FIELDS = [
+    "num_bins",
+    "num_sequences",
+    "num_tokens",
+    "capacity",
+    "max_seq_len",
+    "efficiency",
+    "padding",
+    "padding_ratio",
+    "avg_seqs_per_bin",
+    "max_seqs_in_bin",
+    "bin_fullness_p50",
+    "bin_fullness_p90",
+    "bin_fullness_p99",
+    "lower_bound_bins",
+]
+
+# The reference's worked example (max_seq_len=10): 9 sequences, 41 tokens, 5 bins.
+LENGTHS = [7, 5, 5, 5, 5, 5, 3, 3, 3]
+TEMPLATES = Counter({(5, 5): 2, (7, 3): 1, (5, 3): 1, (3,): 1})
+POOLS = {7: np.array([0]), 5: np.array([1, 2, 3, 4, 5]), 3: np.array([6, 7, 8])}
+
+template_strategy = st.dictionaries(
+    keys=st.lists(st.integers(1, 12), min_size=1, max_size=4).map(
+        lambda lengths: tuple(sorted(lengths, reverse=True))
+    ),
+    values=st.integers(1, 20),
+    max_size=10,
+).map(Counter)
+
+
+def bins_and_lengths(templates: Counter, seed: int | None) -> tuple[list[list[int]], list[int]]:
+    """A concrete packing of `templates`: its bins and the lengths of ids 0..N-1."""
+    needed: Counter[int] = Counter()
+    for template, multiplicity in templates.items():
+        for length in template:
+            needed[length] += multiplicity
+    pools, lengths, offset = {}, [], 0
+    for length in sorted(needed):
+        pools[length] = np.arange(offset, offset + needed[length])
+        lengths += [length] * needed[length]
+        offset += needed[length]
+    return list(EpochPlan(templates, pools, seed)), lengths
+
+
+def test_reference_example() -> None:
+    # Bins (5,5) (5,5) (7,3) hold 10 tokens, (5,3) 8 and (3,) 3: fullness 1, 1, 1, .8, .3.
+    stats = PackingStats.from_templates(TEMPLATES, max_seq_len=10)
+    assert (stats.num_bins, stats.num_sequences, stats.num_tokens, stats.capacity) == (5, 9, 41, 50)
+    assert stats.efficiency == pytest.approx(0.82)
+    assert (stats.padding, stats.padding_ratio) == (9, pytest.approx(0.18))
+    assert (stats.avg_seqs_per_bin, stats.max_seqs_in_bin, stats.lower_bound_bins) == (1.8, 2, 5)
+    # Sorted fullness .3 .8 1 1 1: the median is the 3rd value; p90 sits between 4th and 5th.
+    assert (stats.bin_fullness_p50, stats.bin_fullness_p90, stats.bin_fullness_p99) == (1, 1, 1)
+    bins = list(EpochPlan(TEMPLATES, POOLS, seed=3))
+    assert PackingStats.from_bins(bins, LENGTHS, max_seq_len=10) == stats
+
+
+def test_printed_block_matches_the_reference() -> None:
+    stats = PackingStats(
+        num_bins=5,
+        num_sequences=15,
+        num_tokens=1026,
+        capacity=1280,
+        max_seq_len=256,
+        efficiency=1026 / 1280,
+        padding=254,
+        padding_ratio=254 / 1280,
+        avg_seqs_per_bin=3.0,
+        max_seqs_in_bin=4,
+        bin_fullness_p50=0.961,
+        bin_fullness_p90=0.988,
+        bin_fullness_p99=0.999,
+        lower_bound_bins=5,
+    )
+    assert str(stats) == (
+        "PackingStats(\n"
+        "  bins: 5\n"
+        "  sequences: 15 (avg 3.00/bin)\n"
+        "  tokens: 1,026 / 1,280 capacity\n"
+        "  efficiency: 80.16%\n"
+        "  padding: 254 (19.84%)\n"
+        "  fullness: p50=96.1% p90=98.8% p99=99.9%\n"
+        ")"
+    )
+
+
+def test_percentiles_interpolate_like_numpy() -> None:
+    # Fullness .1 .2 .3 .4 (max_seq_len 10): numpy's linear p50 = .25, p90 = .37, p99 = .397.
+    stats = PackingStats.from_bins([[0], [1], [2], [3]], [1, 2, 3, 4], max_seq_len=10)
+    assert stats.bin_fullness_p50 == pytest.approx(0.25)
+    assert stats.bin_fullness_p90 == pytest.approx(0.37)
+    assert stats.bin_fullness_p99 == pytest.approx(0.397)
+
+
+@SETTINGS
+@given(template_strategy, st.one_of(st.none(), st.integers(0, 2**32)))
+def test_bins_and_templates_of_one_packing_give_equal_stats(templates, seed) -> None:
+    max_seq_len = max((sum(t) for t in templates), default=1)
+    bins, lengths = bins_and_lengths(templates, seed)
+    from_bins = PackingStats.from_bins(bins, lengths, max_seq_len)
+    assert from_bins == PackingStats.from_templates(templates, max_seq_len)
+    fullness = [sum(lengths[i] for i in b) / max_seq_len for b in bins]
+    if fullness:
+        expected = np.percentile(fullness, [50, 90, 99])
+        got = [from_bins.bin_fullness_p50, from_bins.bin_fullness_p90, from_bins.bin_fullness_p99]
+        assert got == pytest.approx(expected.tolist(), abs=1e-12)
+        assert from_bins.efficiency == pytest.approx(sum(fullness) / len(fullness))
+    assert from_bins.num_tokens + from_bins.padding == from_bins.capacity
+    assert from_bins.lower_bound_bins <= from_bins.num_bins
+
+
+def test_empty_input_gives_zeros() -> None:
+    for stats in (PackingStats.from_bins([], [], 8), PackingStats.from_templates(Counter(), 8)):
+        assert stats.to_dict() == {**dict.fromkeys(FIELDS, 0), "max_seq_len": 8}
+        assert "bins: 0" in str(stats)
+
+
+def test_to_dict_is_json_safe_and_complete() -> None:
+    stats = PackingStats.from_templates([[[5, 5], 2], [[7, 3], 1]], 16)
+    data = stats.to_dict()
+    assert list(data) == FIELDS == [f.name for f in dataclasses.fields(PackingStats)]
+    assert json.loads(json.dumps(data)) == data
+    assert all(type(v) in (int, float) for v in data.values())
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        stats.num_bins = 3  # type: ignore[misc]
+
+
+def test_from_templates_does_not_expand_bins() -> None:
+    # A billion sequences in one template: O(distinct templates), so instant.
+    started = time.perf_counter()
+    stats = PackingStats.from_templates({(512, 512, 512, 512): 250_000_000}, 2048)
+    assert time.perf_counter() - started < 1.0
+    assert (stats.num_bins, stats.num_sequences, stats.efficiency) == (250_000_000, 10**9, 1.0)
+    assert stats.bin_fullness_p50 == stats.bin_fullness_p99 == 1.0
+
+
+def test_from_bins_accepts_numpy_lengths_and_empty_bins() -> None:
+    stats = PackingStats.from_bins([[0, 2], [], [1]], np.array([3, 4, 5]), 8)
+    assert (stats.num_bins, stats.num_tokens, stats.max_seqs_in_bin) == (3, 12, 2)
+
+
+@pytest.mark.parametrize("bad", [0, -5, 2.0, True, None])
+def test_bad_max_seq_len(bad: object) -> None:
+    with pytest.raises(ConfigError, match="max_seq_len"):
+        PackingStats.from_templates(TEMPLATES, bad)  # type: ignore[arg-type]
+    with pytest.raises(ConfigError, match="max_seq_len"):
+        PackingStats.from_bins([[0]], [1], bad)  # type: ignore[arg-type]
+
+
+def test_bad_packings_are_named() -> None:
+    with pytest.raises(
+        InputError, match=r"template \(7, 5\) holds 12 tokens, more than max_seq_len 10"
+    ):
+        PackingStats.from_templates({(7, 5): 1}, 10)
+    with pytest.raises(InputError, match="bin 1 holds 12 tokens, more than max_seq_len 10"):
+        PackingStats.from_bins([[0], [1, 2]], [3, 7, 5], 10)
+    with pytest.raises(InputError, match="id 3"):
+        PackingStats.from_bins([[0, 3]], [3, 7, 5], 10)
+    with pytest.raises(InputError, match="id -1"):
+        PackingStats.from_bins([[-1]], [3, 7, 5], 10)
+    with pytest.raises(InputError, match="positive lengths"):
+        PackingStats.from_bins([[0]], [0], 10)
+    with pytest.raises(InputError, match="integer lengths"):
+        PackingStats.from_bins([[0]], [1.5], 10)
+    with pytest.raises(InputError, match="length 0"):
+        PackingStats.from_templates({(3, 0): 1}, 10)
