@@ -51,12 +51,17 @@ logger = logging.getLogger(__name__)
 
 Template = tuple[int, ...]
 
-# Bins are computed in batches of about 64 ids per distinct length (numpy calls are made per
-# length present in a batch, and must each do enough work to amortise their overhead), within
-# [_MIN_BATCH_IDS, _BATCH_IDS]: smaller batches stay in cache; the cap bounds the batch's memory
-# (a dozen int64 arrays of the batch size, ~25 MB at the cap).
+# Bins are computed in batches of about 128 ids per distinct length (numpy calls are made per
+# length present in a batch, and per cycle-walking round, and must each do enough work to
+# amortise their overhead), within [_MIN_BATCH_IDS, _BATCH_IDS]: smaller batches stay in cache;
+# the cap bounds the batch's memory (a dozen int64 arrays of the batch size, ~25 MB at the cap).
+_IDS_PER_LENGTH = 128
 _BATCH_IDS = 1 << 18
 _MIN_BATCH_IDS = 1 << 16
+# Canonical bin -> template look-up: a table over buckets of 2**shift bins, at least this many
+# buckets per template, so that at most 1/8 of the buckets straddle two templates (those, and
+# only those, fall back to a binary search).
+_BUCKETS_PER_TEMPLATE = 8
 # Bins turned into Python lists at a time while iterating.
 _LIST_BINS = 2048
 # Seed component that stands for the bin order; lengths are >= 1, so it never collides with
@@ -249,6 +254,7 @@ class EpochPlan:
         self._bin_end = bin_end
         self._bin_start = bin_end - np.array(multiplicities, dtype=np.int64)
         self._bin_end_list = bin_end.tolist()
+        self._bucket_shift, self._bucket_template = _bucket_table(bin_end)
         self._size = np.array([len(t) for t in self._templates], dtype=np.int64)
         self._slot_start = np.array(slot_start, dtype=np.int64)
         # uint16 when possible: numpy sorts small unsigned keys with a radix sort.
@@ -264,7 +270,7 @@ class EpochPlan:
         else:
             self._len = -(-total // self.world_size)
         mean_size = math.ceil(self.num_sequences / total) if total else 1
-        batch_ids = min(_BATCH_IDS, max(_MIN_BATCH_IDS, 64 * len(self._lengths)))
+        batch_ids = min(_BATCH_IDS, max(_MIN_BATCH_IDS, _IDS_PER_LENGTH * len(self._lengths)))
         self._batch_bins = max(1, batch_ids // mean_size)
         if total and self.seed is not None:
             self._order: FeistelPermutation | None = FeistelPermutation(
@@ -374,7 +380,7 @@ class EpochPlan:
             words = g.astype(np.uint64)
             self._order._permute_inplace(words)
             g = words.astype(np.int64)
-        t = np.searchsorted(self._bin_end, g, side="right")
+        t = self._templates_of(g)
         occurrence = g - self._bin_start.take(t)
         sizes = self._size.take(t)
         ends = np.cumsum(sizes)
@@ -387,6 +393,15 @@ class EpochPlan:
         positions += self._slot_base.take(q)
         members = self._slot_length.take(q)
         return self._gather(members, positions), ends
+
+    def _templates_of(self, j: np.ndarray) -> np.ndarray:
+        """The template index of each canonical bin in `j` (a binary search only where the
+        bucket table is ambiguous: numpy's searchsorted costs ~50 ns per random query)."""
+        t = self._bucket_template.take(j >> self._bucket_shift)
+        straddling = np.flatnonzero(t < 0)
+        if straddling.size:
+            t[straddling] = np.searchsorted(self._bin_end, j[straddling], side="right")
+        return t
 
     def _gather(self, members: np.ndarray, positions: np.ndarray) -> np.ndarray:
         """ids[i] = pool[members[i]][perm[members[i]][positions[i]]] (perm: identity unseeded).
@@ -420,6 +435,19 @@ class EpochPlan:
         ids = np.empty_like(taken)
         ids[order] = taken
         return ids
+
+
+def _bucket_table(bin_end: np.ndarray) -> tuple[int, np.ndarray]:
+    """(shift, table): table[b] is the template of every canonical bin j with j >> shift == b,
+    or -1 where bucket b straddles two templates."""
+    num_bins = int(bin_end[-1]) if len(bin_end) else 0
+    target = _BUCKETS_PER_TEMPLATE * max(1, len(bin_end))
+    shift = max(0, (num_bins // target).bit_length() - 1) if num_bins else 0
+    first = np.arange(0, num_bins, 1 << shift, dtype=np.int64)
+    last = np.minimum(first + (1 << shift), num_bins) - 1
+    first_template = np.searchsorted(bin_end, first, side="right")
+    last_template = np.searchsorted(bin_end, last, side="right")
+    return shift, np.where(first_template == last_template, first_template, -1)
 
 
 def _width(n: int) -> int:

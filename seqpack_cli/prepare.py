@@ -221,25 +221,29 @@ def prepare_dataset(config: PrepareConfig, *, progress: ProgressCallback | None 
             "at the dataset's data files"
         )
     logger.info("%d input files, %d rows", len(files), sum(file.num_rows for file in files))
-    con = connect(
-        threads=config.threads, memory_limit=config.memory_limit, temp_dir=config.temp_dir
-    )
-    try:
-        histogram = length_histogram(con, files, config.length_column, progress=progress)
-        logger.info(
-            "histogram: %d distinct lengths (%.2fs)", len(histogram), time.perf_counter() - started
+    # The temporary directory exists from here on, so an unwritable output fails before the
+    # heavy work, and any exit (error, Ctrl-C, SIGTERM) removes it.
+    with PreparedWriter(output, overwrite=config.overwrite) as writer:
+        con = connect(
+            threads=config.threads, memory_limit=config.memory_limit, temp_dir=config.temp_dir
         )
-        kept, num_over = _split_over_cap(histogram, config)
-        templates = _pack(kept, config)
-        stats = PackingStats.from_templates(templates, config.max_seq_len)
-        logger.info(
-            "packed into %d bins, %d templates, efficiency %.4f (%.2fs)",
-            stats.num_bins,
-            len(templates),
-            stats.efficiency,
-            time.perf_counter() - started,
-        )
-        with PreparedWriter(output, overwrite=config.overwrite) as writer:
+        try:
+            histogram = length_histogram(con, files, config.length_column, progress=progress)
+            logger.info(
+                "histogram: %d distinct lengths (%.2fs)",
+                len(histogram),
+                time.perf_counter() - started,
+            )
+            kept, num_over = _split_over_cap(histogram, config)
+            templates = _pack(kept, config)
+            stats = PackingStats.from_templates(templates, config.max_seq_len)
+            logger.info(
+                "packed into %d bins, %d templates, efficiency %.4f (%.2fs)",
+                stats.num_bins,
+                len(templates),
+                stats.efficiency,
+                time.perf_counter() - started,
+            )
             scanned = scan_pools(
                 con,
                 files,
@@ -249,15 +253,16 @@ def prepare_dataset(config: PrepareConfig, *, progress: ProgressCallback | None 
                 max_seq_len=config.max_seq_len,
                 work_dir=writer.work_dir,
                 write_pool=writer.write_pool,
+                workers=config.threads,
                 progress=progress,
             )
-            logger.info("pools written (%.2fs)", time.perf_counter() - started)
-            writer.write_bytes(COUNTS_NAME, counts_to_json(kept))
-            writer.write_bytes(TEMPLATES_NAME, templates_to_json(templates))
-            id_range = (scanned.id_min, scanned.id_max)
-            writer.commit(_manifest(config, files, kept, templates, stats, num_over, id_range))
-    finally:
-        con.close()
+        finally:
+            con.close()
+        logger.info("pools written (%.2fs)", time.perf_counter() - started)
+        writer.write_bytes(COUNTS_NAME, counts_to_json(kept))
+        writer.write_bytes(TEMPLATES_NAME, templates_to_json(templates))
+        id_range = (scanned.id_min, scanned.id_max)
+        writer.commit(_manifest(config, files, kept, templates, stats, num_over, id_range))
     logger.info("wrote %s in %.2fs", output, time.perf_counter() - started)
     return load_prepared(output)
 

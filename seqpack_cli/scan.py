@@ -835,7 +835,7 @@ def scan_pools(
     """
     started = time.perf_counter()
     layout = _Layout(counts)
-    num_workers = workers or _num_workers(None)
+    num_workers = _num_workers(workers)
     paths = [file.path.as_posix() for file in files]
     params: dict[str, Any] = {
         "paths": paths,

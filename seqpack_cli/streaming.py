@@ -94,12 +94,12 @@ class _OpenBins(Generic[T]):
         if target.remaining == 0 or len(target.items) == self._max_seqs:
             self._done.append(target)
             return
-        bucket = buckets.get(target.remaining)
-        if bucket is None:
+        same_room = buckets.get(target.remaining)
+        if same_room is None:
             buckets[target.remaining] = deque((target,))
             bisect.insort(rooms, target.remaining)
         else:
-            bucket.append(target)
+            same_room.append(target)
 
     def has_done(self) -> bool:
         return bool(self._done)

@@ -1,0 +1,293 @@
+"""seqpack_cli.prepared: the prepared/ format — atomic writes, loading, and every refusal."""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+import pickle
+import shutil
+import signal
+import subprocess
+import sys
+import textwrap
+from collections import Counter
+from pathlib import Path
+
+import numpy as np
+import pytest
+from conftest import ParquetDataset
+
+from seqpack_cli.errors import ConfigError, PreparedFormatError
+from seqpack_cli.prepared import (
+    FORMAT_VERSION,
+    Prepared,
+    PreparedWriter,
+    _npy_header,
+    load_prepared,
+    pool_file_name,
+    write_prepared,
+)
+
+COUNTS = {3: 2, 5: 3, 7: 1}
+POOLS = {3: [40, 10], 5: [2, 99, 50], 7: [8]}
+TEMPLATES = Counter({(7, 3): 1, (5, 5): 1, (5, 3): 1})
+
+
+def _write(path: Path, **kwargs) -> Path:
+    return write_prepared(
+        path,
+        counts=COUNTS,
+        templates=TEMPLATES,
+        pools=POOLS,
+        manifest={"config": {"max_seq_len": 10}},
+        **kwargs,
+    )
+
+
+def _copy(prepared_dir: Path, tmp_path: Path) -> Path:
+    copy = tmp_path / "copy"
+    shutil.copytree(prepared_dir, copy)
+    return copy
+
+
+def _edit_manifest(path: Path, **changes) -> None:
+    manifest = json.loads((path / "manifest.json").read_text())
+    manifest.update(changes)
+    (path / "manifest.json").write_text(json.dumps(manifest))
+
+
+# ---- round trip -------------------------------------------------------------------------------
+
+
+def test_round_trip_unpacks_like_the_reference(tmp_path: Path) -> None:
+    path = _write(tmp_path / "prepared")
+    manifest, counts, templates, pools = load_prepared(path)
+    assert manifest["format_version"] == FORMAT_VERSION
+    assert counts == COUNTS
+    assert templates == TEMPLATES
+    assert sorted(pools) == [3, 5, 7]
+    for length, ids in POOLS.items():
+        np.testing.assert_array_equal(pools[length], np.sort(ids))  # ascending on disk
+        assert pools[length].dtype == np.int64
+        assert not pools[length].flags.writeable
+        # Plain .npy files: numpy reads them too.
+        np.testing.assert_array_equal(np.load(path / pool_file_name(length)), np.sort(ids))
+
+
+def test_named_attributes_and_in_memory_loading(tmp_path: Path) -> None:
+    prepared = load_prepared(_write(tmp_path / "prepared"), mmap=False, verify=True)
+    assert isinstance(prepared, Prepared)
+    assert prepared.max_seq_len == 10
+    assert prepared.counts == COUNTS and prepared.templates == TEMPLATES
+    np.testing.assert_array_equal(prepared.pools[5], [2, 50, 99])
+    assert prepared.pools[5].flags.owndata or prepared.pools[5].base is not None
+
+
+def test_canonical_json_bytes(tmp_path: Path) -> None:
+    path = _write(tmp_path / "prepared")
+    assert (path / "counts.json").read_text() == '{"3": 2, "5": 3, "7": 1}\n'
+    # Templates descending, whatever order the packer produced them in.
+    assert json.loads((path / "templates.json").read_text()) == [
+        [[7, 3], 1],
+        [[5, 5], 1],
+        [[5, 3], 1],
+    ]
+
+
+def test_manifest_records_every_file_with_size_and_sha256(tmp_path: Path) -> None:
+    import hashlib
+
+    path = _write(tmp_path / "prepared")
+    files = json.loads((path / "manifest.json").read_text())["files"]
+    assert sorted(files) == [
+        "counts.json",
+        "pools/3.npy",
+        "pools/5.npy",
+        "pools/7.npy",
+        "templates.json",
+    ]
+    for name, entry in files.items():
+        data = (path / name).read_bytes()
+        assert entry == {"bytes": len(data), "sha256": hashlib.sha256(data).hexdigest()}
+
+
+@pytest.mark.parametrize("count", [0, 1, 9, 10, 12345, 10**15])
+def test_npy_header_is_numpys(count: int) -> None:
+    buffer = io.BytesIO()
+    header = {"descr": "<i8", "fortran_order": False, "shape": (count,)}
+    np.lib.format.write_array_header_1_0(buffer, header)
+    assert _npy_header(count) == buffer.getvalue()
+
+
+def test_pools_pickle_as_their_location(prepared_dir: Path) -> None:
+    pools = load_prepared(prepared_dir).pools
+    length = next(iter(pools))
+    clone = pickle.loads(pickle.dumps(pools))
+    assert len(pickle.dumps(pools)) < 200_000  # the location and counts, not the arrays
+    np.testing.assert_array_equal(clone[length], pools[length])
+
+
+def test_prepared_fixture_matches_its_dataset(
+    parquet_dataset: ParquetDataset, prepared_dir: Path
+) -> None:
+    manifest, counts, templates, pools = load_prepared(prepared_dir, verify=True)
+    assert counts == parquet_dataset.counts()
+    for length, ids in parquet_dataset.pools().items():
+        np.testing.assert_array_equal(pools[length], ids)
+    assert sum(len(t) * m for t, m in templates.items()) == len(parquet_dataset.lengths)
+
+
+# ---- refusals ---------------------------------------------------------------------------------
+
+
+def test_missing_directory(tmp_path: Path) -> None:
+    with pytest.raises(
+        PreparedFormatError, match=r"does not exist; create it with `seqpack prepare"
+    ):
+        load_prepared(tmp_path / "nowhere")
+    (tmp_path / "file").write_text("")
+    with pytest.raises(PreparedFormatError, match="is a file"):
+        load_prepared(tmp_path / "file")
+
+
+def test_incomplete_directory_without_manifest(prepared_dir: Path, tmp_path: Path) -> None:
+    copy = _copy(prepared_dir, tmp_path)
+    (copy / "manifest.json").unlink()
+    with pytest.raises(PreparedFormatError, match=r"manifest\.json is missing.*--overwrite"):
+        load_prepared(copy)
+
+
+def test_unknown_format_version(prepared_dir: Path, tmp_path: Path) -> None:
+    copy = _copy(prepared_dir, tmp_path)
+    _edit_manifest(copy, format_version=99)
+    with pytest.raises(PreparedFormatError, match=r"format_version 99, but seqpack .* reads only"):
+        load_prepared(copy)
+
+
+def test_missing_or_truncated_pool(prepared_dir: Path, tmp_path: Path) -> None:
+    copy = _copy(prepared_dir, tmp_path)
+    pool = sorted((copy / "pools").iterdir())[0]
+    pool.write_bytes(pool.read_bytes()[:-8])
+    with pytest.raises(
+        PreparedFormatError, match=rf"pools/{pool.name} has \d+ bytes, the manifest"
+    ):
+        load_prepared(copy)
+    pool.unlink()
+    with pytest.raises(PreparedFormatError, match=rf"pools/{pool.name} is missing"):
+        load_prepared(copy)
+
+
+def test_pool_size_disagreeing_with_counts(prepared_dir: Path, tmp_path: Path) -> None:
+    copy = _copy(prepared_dir, tmp_path)
+    counts = json.loads((copy / "counts.json").read_text())
+    length = next(iter(counts))
+    counts[length] += 1
+    (copy / "counts.json").write_text(json.dumps(counts))
+    with pytest.raises(PreparedFormatError, match=rf"but counts\.json says {counts[length]} seq"):
+        load_prepared(copy)
+
+
+def test_pool_header_disagreeing_with_counts_is_caught_on_access(tmp_path: Path) -> None:
+    path = _write(tmp_path / "prepared")
+    # Same size, different header: only the header read (on first access) can tell.
+    pool = path / "pools" / "3.npy"
+    pool.write_bytes(pool.read_bytes().replace(b"(2,)", b"(1,)"))
+    prepared = load_prepared(path)
+    with pytest.raises(PreparedFormatError, match=r"holds 1 ids but counts\.json says 2"):
+        prepared.pools[3]
+
+
+def test_verify_catches_tampered_bytes(prepared_dir: Path, tmp_path: Path) -> None:
+    copy = _copy(prepared_dir, tmp_path)
+    pool = sorted((copy / "pools").iterdir())[-1]
+    data = bytearray(pool.read_bytes())
+    data[-1] ^= 0xFF  # same size: only the hash can tell
+    pool.write_bytes(bytes(data))
+    load_prepared(copy)  # not verified: loads
+    with pytest.raises(PreparedFormatError, match=rf"{pool.name} does not match its sha256"):
+        load_prepared(copy, verify=True)
+
+
+# ---- atomic writing ---------------------------------------------------------------------------
+
+
+def _siblings(path: Path) -> list[str]:
+    return sorted(p.name for p in path.parent.iterdir() if p.name != path.name)
+
+
+def test_a_failed_write_leaves_nothing(tmp_path: Path) -> None:
+    output = tmp_path / "out"
+    with pytest.raises(RuntimeError, match="boom"), PreparedWriter(output) as writer:
+        writer.write_pool(3, 1, [np.array([1])])
+        raise RuntimeError("boom")
+    assert not output.exists()
+    assert _siblings(output) == []
+
+
+def test_sigterm_inside_the_writer_cleans_up(tmp_path: Path) -> None:
+    output = tmp_path / "out"
+    before = signal.getsignal(signal.SIGTERM)
+    with pytest.raises(SystemExit) as exit_info, PreparedWriter(output):
+        os.kill(os.getpid(), signal.SIGTERM)
+    assert exit_info.value.code == 128 + signal.SIGTERM
+    assert not output.exists() and _siblings(output) == []
+    assert signal.getsignal(signal.SIGTERM) is before
+
+
+def test_leftovers_of_dead_runs_are_cleaned_and_never_loaded(tmp_path: Path) -> None:
+    output = tmp_path / "out"
+    dead = tmp_path / ".out.seqpack-tmp-999999999-deadbeef"  # no such pid
+    alive = tmp_path / f".out.seqpack-tmp-{os.getpid()}-cafe0000"  # a run still going
+    for leftover in (dead, alive):
+        shutil.copytree(_write(tmp_path / "model"), leftover)  # even a complete-looking one
+    shutil.rmtree(tmp_path / "model")
+    with pytest.raises(PreparedFormatError):
+        load_prepared(output)
+    _write(output)
+    assert not dead.exists() and alive.exists()
+    assert load_prepared(output).counts == COUNTS
+
+
+def test_overwrite_rules(tmp_path: Path) -> None:
+    output = _write(tmp_path / "out")
+    with pytest.raises(ConfigError, match=r"already exists; pass --overwrite"):
+        _write(output)
+    _write(output, overwrite=True)
+    assert load_prepared(output).counts == COUNTS and _siblings(output) == []
+    other = tmp_path / "precious"
+    other.mkdir()
+    (other / "thesis.tex").write_text("...")
+    with pytest.raises(ConfigError, match="is not a seqpack prepared directory"):
+        _write(other, overwrite=True)
+    assert (other / "thesis.tex").exists()
+    (tmp_path / "a_file").write_text("")
+    with pytest.raises(ConfigError, match="exists and is not a directory"):
+        _write(tmp_path / "a_file", overwrite=True)
+    with pytest.raises(ConfigError, match="is a file, not a directory"):
+        _write(tmp_path / "a_file" / "below")
+
+
+def test_thousands_of_pools_load_under_a_1024_open_files_limit(tmp_path: Path) -> None:
+    # Each pool is memory-mapped; none may keep a file descriptor open.
+    script = textwrap.dedent(
+        f"""
+        import resource
+        import numpy as np
+        from seqpack_cli.prepared import load_prepared, write_prepared
+
+        counts = {{length: 2 for length in range(1, 1501)}}
+        pools = {{length: [length, -length] for length in counts}}
+        write_prepared({str(tmp_path / "many")!r}, counts=counts, templates={{(1,): 1}},
+                       pools=pools, manifest={{"config": {{"max_seq_len": 4000}}}})
+        soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+        resource.setrlimit(resource.RLIMIT_NOFILE, (1024, hard))
+        prepared = load_prepared({str(tmp_path / "many")!r})
+        arrays = [prepared.pools[length] for length in counts]  # all mapped at once
+        assert sum(int(a.sum()) for a in arrays) == 0
+        print("ok", len(arrays))
+        """
+    )
+    result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.split() == ["ok", "1500"]
