@@ -86,7 +86,7 @@ MaxSeqLenOption = Annotated[
 MaxSeqsPerBinOption = Annotated[
     int | None,
     typer.Option(
-        "--max-seqs-per-bin", help="At most this many sequences per bin [default: no cap]."
+        "--max-seqs-per-bin", help="At most this many sequences per bin (default: no cap)."
     ),
 ]
 
@@ -159,7 +159,7 @@ def prepare(
         str | None,
         typer.Option(
             "--id-column",
-            help="Integer column of unique sequence ids [default: global row index].",
+            help="Integer column of unique sequence ids (default: the global row index).",
         ),
     ] = None,
     filter_over_cap: Annotated[
@@ -173,11 +173,13 @@ def prepare(
     packer: PackerOption = Packer.batched,
     max_seqs_per_bin: MaxSeqsPerBinOption = None,
     threads: Annotated[
-        int | None, typer.Option("--threads", help="DuckDB threads [default: every core].")
+        int | None, typer.Option("--threads", help="DuckDB threads (default: every core).")
     ] = None,
     memory_limit: Annotated[
         str | None,
-        typer.Option("--memory-limit", help="DuckDB memory limit, e.g. 4GB [default: DuckDB's]."),
+        typer.Option(
+            "--memory-limit", help="DuckDB memory limit, e.g. 4GB (default: DuckDB's, 80% of RAM)."
+        ),
     ] = None,
     temp_dir: Annotated[
         Path | None,

@@ -284,6 +284,28 @@ def test_mixed_pool_sizes_and_many_batches(monkeypatch: pytest.MonkeyPatch) -> N
     assert sorted(i for b in expected for i in b) == sorted(length_of)
 
 
+def test_one_template_corpus() -> None:
+    # The reference's homogeneous corpus: every bin is (512, 512, 512, 512); bins of one size
+    # are built as one 2-d block.
+    templates = Counter({(512, 512, 512, 512): 3000})
+    pools, length_of = make_pools(templates, 2)
+    for seed in (None, 5):
+        plan = EpochPlan(templates, pools, seed, rank=1, world_size=7)
+        assert list(plan) == oracle(templates, pools, seed, 1, 7)
+    assert sorted(i for b in EpochPlan(templates, pools, 5) for i in b) == sorted(length_of)
+
+
+def test_many_templates_use_the_bucket_table_and_its_fallback() -> None:
+    # Multiplicities from 1 to 400 over 60 templates: buckets of many bins, some inside one
+    # template, some straddling a boundary (looked up by binary search).
+    templates = Counter({(length, 1): 1 + (length * 37) % 400 for length in range(2, 62)})
+    pools, _ = make_pools(templates, 3)
+    plan = EpochPlan(templates, pools, 99)
+    assert plan._bucket_shift > 0
+    assert (plan._bucket_template < 0).any() and (plan._bucket_template >= 0).any()
+    assert list(plan) == oracle(templates, pools, 99)
+
+
 # ---------------------------------------------------------------- input forms
 
 

@@ -131,7 +131,7 @@ def test_pools_pickle_as_their_location(prepared_dir: Path) -> None:
 def test_prepared_fixture_matches_its_dataset(
     parquet_dataset: ParquetDataset, prepared_dir: Path
 ) -> None:
-    manifest, counts, templates, pools = load_prepared(prepared_dir, verify=True)
+    _, counts, templates, pools = load_prepared(prepared_dir, verify=True)
     assert counts == parquet_dataset.counts()
     for length, ids in parquet_dataset.pools().items():
         np.testing.assert_array_equal(pools[length], ids)
@@ -239,9 +239,10 @@ def test_leftovers_of_dead_runs_are_cleaned_and_never_loaded(tmp_path: Path) -> 
     output = tmp_path / "out"
     dead = tmp_path / ".out.seqpack-tmp-999999999-deadbeef"  # no such pid
     alive = tmp_path / f".out.seqpack-tmp-{os.getpid()}-cafe0000"  # a run still going
+    model = _write(tmp_path / "model")
     for leftover in (dead, alive):
-        shutil.copytree(_write(tmp_path / "model"), leftover)  # even a complete-looking one
-    shutil.rmtree(tmp_path / "model")
+        shutil.copytree(model, leftover)  # even a complete-looking one
+    shutil.rmtree(model)
     with pytest.raises(PreparedFormatError):
         load_prepared(output)
     _write(output)
