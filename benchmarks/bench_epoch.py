@@ -48,7 +48,6 @@ from seqpack_cli.epoch import EpochPlan
 from seqpack_cli.histogram import pack_length_histogram_batched
 from seqpack_cli.seeding import seed_from_components
 
-MAX_SEQ_LEN = 2048
 SEED = seed_from_components(0)
 
 
@@ -74,8 +73,10 @@ def _status_kib(field: str) -> int:
 
 
 def _problem(name: str, num_sequences: int) -> tuple[Counter, dict[int, int]]:
-    counts = distributions.make_histogram(name, num_sequences, MAX_SEQ_LEN, seed=0)
-    return pack_length_histogram_batched(counts, MAX_SEQ_LEN), counts
+    """The distribution's histogram at its usual max_seq_len, packed."""
+    max_seq_len = distributions.DEFAULT_MAX_SEQ_LEN[name]
+    counts = distributions.make_histogram(name, num_sequences, max_seq_len, seed=0)
+    return pack_length_histogram_batched(counts, max_seq_len), counts
 
 
 def _memory_pools(counts: dict[int, int]) -> dict[int, np.ndarray]:
@@ -154,6 +155,7 @@ def throughput(names: list[str], num_sequences: int) -> None:
         rows.append(
             [
                 name,
+                distributions.DEFAULT_MAX_SEQ_LEN[name],
                 f"{num_ids:,}",
                 len(counts),
                 len(templates),
@@ -165,9 +167,10 @@ def throughput(names: list[str], num_sequences: int) -> None:
             ]
         )
     _table(
-        f"EpochPlan iteration, one core, max_seq_len {MAX_SEQ_LEN} (lists of Python ints)",
+        "EpochPlan iteration, one core (bins as lists of Python ints)",
         [
             "distribution",
+            "max_seq_len",
             "N",
             "lengths",
             "templates",
@@ -325,8 +328,8 @@ def _take(plan: EpochPlan, num_bins: int) -> Iterator[list[int]]:
         yield ids
 
 
-def memory_test(num_sequences: int, slice_bins: int) -> None:
-    templates, counts = _problem("sft", num_sequences)
+def memory_test(name: str, num_sequences: int, slice_bins: int) -> None:
+    templates, counts = _problem(name, num_sequences)
     with tempfile.TemporaryDirectory(prefix="seqpack-bench-epoch-", dir="/tmp") as scratch:
         directory = Path(scratch) / "pools"
         directory.mkdir()
@@ -352,7 +355,7 @@ def memory_test(num_sequences: int, slice_bins: int) -> None:
     n = result["num_sequences"]
     peaks = result["tracemalloc_peaks"]
     _table(
-        f"memory test: {n:,} sequences, pools memory-mapped from disk",
+        f"memory test: {name}, {n:,} sequences, pools memory-mapped from disk",
         ["measure", "value"],
         [
             [
@@ -409,7 +412,7 @@ def main() -> int:
     print(f"numpy {np.__version__}, python {sys.version.split()[0]}, {os.cpu_count()} cpus")
     throughput(list(distributions.REALISTIC), num_sequences)
     against_naive(distributions.REALISTIC[0], num_sequences)
-    memory_test(memory_sequences, slice_bins)
+    memory_test(distributions.REALISTIC[0], memory_sequences, slice_bins)
     print(f"\ntotal benchmark time: {time.perf_counter() - began:.0f} s")
     return 0
 

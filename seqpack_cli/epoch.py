@@ -373,58 +373,48 @@ class EpochPlan:
 
     def _ids_of(self, first: int, last: int) -> tuple[np.ndarray, np.ndarray]:
         """The ids of bins first..last-1 (0 <= first < last <= len), flat and bin after bin,
-        and the end offset of each bin in them, in one vectorised pass."""
+        and the end offset of each bin in them, in one vectorised pass.
+
+        Batch-sized temporaries are dropped as soon as they are used (`del`): they are what the
+        memory of an epoch consists of.
+        """
         g = np.arange(first, last, dtype=np.int64)
         g *= self.world_size
         g += self.rank
         if not self.drop_last and g[-1] >= self.num_bins_total:
             g %= self.num_bins_total  # the DistributedSampler padding wraps around
         if self._order is not None:
-            words = g.astype(np.uint64)
-            self._order._permute_inplace(words)
-            g = words.astype(np.int64)
+            self._order.permute_inplace(g.view(np.uint64))  # values < 2**63: same bits
         t = self._templates_of(g)
         occurrence = g - self._bin_start.take(t)
+        del g
         sizes = self._size.take(t)
         ends = np.cumsum(sizes)
-        total = int(ends[-1])
         # q: the flat slot index of every id of the batch, bin after bin.
         q = np.repeat(self._slot_start.take(t) - (ends - sizes), sizes)
-        q += np.arange(total)
+        del t
+        q += np.arange(len(q))
         positions = np.repeat(occurrence, sizes)
+        del occurrence, sizes
         positions *= self._slot_stride.take(q)
         positions += self._slot_base.take(q)
         members = self._slot_length.take(q)
-        return self._gather(members, positions), ends
-
-    def _templates_of(self, j: np.ndarray) -> np.ndarray:
-        """The template index of each canonical bin in `j` (a binary search only where the
-        bucket table is ambiguous: numpy's searchsorted costs ~50 ns per random query)."""
-        t = self._bucket_template.take(j >> self._bucket_shift)
-        straddling = np.flatnonzero(t < 0)
-        if straddling.size:
-            t[straddling] = np.searchsorted(self._bin_end, j[straddling], side="right")
-        return t
-
-    def _gather(self, members: np.ndarray, positions: np.ndarray) -> np.ndarray:
-        """ids[i] = pool[members[i]][perm[members[i]][positions[i]]] (perm: identity unseeded).
-
-        The batch is sorted by length once, so each pool is read with one `np.take` on a
-        contiguous run; sorting first also makes the per-length parameter look-ups of the
-        permutations sequential.
-        """
+        del q
         if len(self._pools) == 1:
             if self._family is not None:
-                positions = self._family.take(members, positions)
-            return self._pools[0].take(positions.astype(np.int64, copy=False))
+                self._family.permute_inplace(members, positions.view(np.uint64))
+            return self._pools[0].take(positions), ends
+        # Sorted by length once: each pool is then read with one `take` on a contiguous run,
+        # and the permutations' per-length parameters are looked up sequentially.
         order = np.argsort(members, kind="stable")
         members = members[order]
         positions = positions[order]
         if self._family is not None:
-            positions = self._family.take(members, positions).astype(np.int64)
+            self._family.permute_inplace(members, positions.view(np.uint64))
         cuts = np.flatnonzero(members[1:] != members[:-1]) + 1
         bounds = [0, *cuts.tolist(), len(order)]
         heads = members[bounds[:-1]].tolist()
+        del members, cuts
         taken = np.empty(len(order), dtype=np.int64)
         pools = self._pools
         for head, a, b in zip(heads, bounds[:-1], bounds[1:], strict=True):
@@ -435,9 +425,19 @@ class EpochPlan:
                 pool.take(positions[a:b], out=taken[a:b], mode="clip")
             else:
                 taken[a:b] = pool[positions[a:b]]
+        del positions
         ids = np.empty_like(taken)
         ids[order] = taken
-        return ids
+        return ids, ends
+
+    def _templates_of(self, j: np.ndarray) -> np.ndarray:
+        """The template index of each canonical bin in `j` (a binary search only where the
+        bucket table is ambiguous: numpy's searchsorted costs ~50 ns per random query)."""
+        t = self._bucket_template.take(j >> self._bucket_shift)
+        straddling = np.flatnonzero(t < 0)
+        if straddling.size:
+            t[straddling] = np.searchsorted(self._bin_end, j[straddling], side="right")
+        return t
 
 
 def _bucket_table(bin_end: np.ndarray) -> tuple[int, np.ndarray]:

@@ -202,6 +202,7 @@ def prepare_dataset(config: PrepareConfig, *, progress: ProgressCallback | None 
     or on the order the inputs were named in.
     """
     from seqpack_cli.scan import (
+        close_connection,
         connect,
         inspect_inputs,
         length_histogram,
@@ -257,7 +258,7 @@ def prepare_dataset(config: PrepareConfig, *, progress: ProgressCallback | None 
                 progress=progress,
             )
         finally:
-            con.close()
+            close_connection(con)
         logger.info("pools written (%.2fs)", time.perf_counter() - started)
         writer.write_bytes(COUNTS_NAME, counts_to_json(kept))
         writer.write_bytes(TEMPLATES_NAME, templates_to_json(templates))

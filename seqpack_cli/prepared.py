@@ -256,6 +256,9 @@ class PreparedWriter:
                 f"cannot create output directory {self.output}: {error.strerror or error}; "
                 "choose a writable --output"
             ) from None
+        except BaseException:  # e.g. SIGTERM while creating it: __exit__ will not run
+            self._cleanup()
+            raise
         return self
 
     def __exit__(

@@ -43,6 +43,7 @@ from seqpack_cli.progress import ProgressCallback
 __all__ = [
     "InputFile",
     "PoolScan",
+    "close_connection",
     "connect",
     "inspect_inputs",
     "length_histogram",
@@ -255,6 +256,16 @@ def connect(
     return con
 
 
+def close_connection(con: duckdb.DuckDBPyConnection) -> None:
+    """Close a connection, first interrupting whatever it still runs; never raises (it is called
+    while another error, or an interrupt, is on its way out)."""
+    try:
+        con.interrupt()
+        con.close()
+    except duckdb.Error as error:
+        logger.debug("closing DuckDB: %s", error)
+
+
 def _fetch_with_progress(
     con: duckdb.DuckDBPyConnection,
     sql: str,
@@ -357,7 +368,7 @@ def scan_length_histogram(
     try:
         return length_histogram(con, files, length_column, progress=progress)
     finally:
-        con.close()
+        close_connection(con)
 
 
 # ---- the pools pass ---------------------------------------------------------------------------
@@ -860,9 +871,10 @@ def scan_pools(
     flat_path = work_dir / "ids.bin"
     with open(flat_path, "wb") as handle:
         handle.truncate(8 * layout.num_ids)
+    batches = _stream_batches(con, sql, params)
     try:
         id_min, id_max = _scatter(
-            _stream_batches(con, sql, params),
+            batches,
             layout,
             flat_path,
             to_ids,
@@ -880,6 +892,8 @@ def scan_pools(
         ) from None
     except duckdb.Error as error:
         raise _read_error(error) from None
+    finally:
+        batches.close()  # stops the producer thread now, not when the generator is collected
     logger.info(
         "pools pass: %d ids placed in the work file (%.2fs)",
         layout.num_ids,

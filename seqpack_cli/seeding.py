@@ -328,11 +328,12 @@ class FeistelPermutation:
                 f"expected values in [0, {self.n})"
             )
         words = values.astype(np.uint64).ravel()
-        self._permute_inplace(words)
-        return words.astype(np.int64).reshape(values.shape)
+        self.permute_inplace(words)
+        return words.view(np.int64).reshape(values.shape)
 
-    def _permute_inplace(self, x: np.ndarray) -> None:
-        """Permute the uint64 array `x` (values in [0, n), unchecked) in place."""
+    def permute_inplace(self, x: np.ndarray) -> None:
+        """Replace each word of the 1-d uint64 array `x` by its image, in place (no checks:
+        the caller guarantees 0 <= x[i] < n). The fast path under `take`."""
         _feistel_inplace(x, *self._np)
         walking = np.flatnonzero(x >= self.n)
         while walking.size:
@@ -374,13 +375,20 @@ class FeistelFamily:
         Returns a new uint64 array. No range checks: the caller guarantees
         `0 <= indices[i] < perms[members[i]].n`.
         """
-        members = np.asarray(members).astype(np.intp, copy=False)
         x = np.array(indices, dtype=np.uint64)
+        self.permute_inplace(members, x)
+        return x
+
+    def permute_inplace(self, members: np.ndarray, x: np.ndarray) -> None:
+        """`take` without the copy: permutes the 1-d uint64 array `x` in place."""
+        members = np.asarray(members).astype(np.intp, copy=False)
         widths = self._width.take(members)
         if len(widths) > 1 and not (widths[1:] >= widths[:-1]).all():
             order = np.argsort(widths, kind="stable")
-            x[order] = self.take(members[order], x[order])
-            return x
+            grouped = x[order]
+            self.permute_inplace(members[order], grouped)
+            x[order] = grouped
+            return
         keys = self._key.take(members)
         cuts = np.flatnonzero(widths[1:] != widths[:-1]) + 1
         bounds = [0, *cuts.tolist(), len(x)]
@@ -406,4 +414,3 @@ class FeistelFamily:
                     _feistel_inplace(again[a:b], rounds, *(p[a:b] for p in params))
             x[walking] = again
             walking = walking[again >= sizes[walking]]
-        return x

@@ -1,0 +1,297 @@
+"""seqpack_cli.prepare: the whole job, its config, determinism, and interruptions."""
+
+from __future__ import annotations
+
+import random
+import resource
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+from conftest import ParquetDataset, write_parquet
+
+from seqpack_cli.errors import ConfigError, InputError, PreparedFormatError
+from seqpack_cli.histogram import pack_length_histogram, pack_length_histogram_batched
+from seqpack_cli.prepare import PrepareConfig, load_prepared, prepare_dataset
+from seqpack_cli.prepared import FORMAT_VERSION
+
+
+def _config(dataset: ParquetDataset, output: Path, **changes) -> PrepareConfig:
+    options = {
+        "inputs": [dataset.root],
+        "length_column": "num_tokens",
+        "id_column": "doc_id",
+        "max_seq_len": 512,
+        "output": output,
+    }
+    options.update(changes)
+    return PrepareConfig(**options)
+
+
+def _tree_bytes(path: Path) -> dict[str, bytes]:
+    return {p.relative_to(path).as_posix(): p.read_bytes() for p in path.rglob("*") if p.is_file()}
+
+
+def _nothing_written(output: Path) -> bool:
+    return not output.exists() and not [p for p in output.parent.iterdir() if ".seqpack-" in p.name]
+
+
+# ---- the job ----------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("id_column", ["doc_id", None])
+def test_prepare_matches_the_numpy_oracle(
+    parquet_dataset: ParquetDataset, tmp_path: Path, id_column
+) -> None:
+    calls = []
+    prepared = prepare_dataset(
+        _config(parquet_dataset, tmp_path / "out", id_column=id_column),
+        progress=lambda *call: calls.append(call),
+    )
+    manifest, counts, templates, pools = prepared
+    assert counts == parquet_dataset.counts()
+    for length, ids in parquet_dataset.pools(by_row_index=id_column is None).items():
+        np.testing.assert_array_equal(pools[length], ids)
+    assert templates == pack_length_histogram_batched(counts, 512)
+    assert {phase for phase, _, _ in calls} == {"histogram", "pools", "write pools"}
+    # The manifest: version, config, inputs, summary.
+    assert manifest["format_version"] == FORMAT_VERSION
+    assert manifest["config"] == {
+        "length_column": "num_tokens",
+        "id_column": id_column,
+        "ids": "id_column" if id_column else "row_index",
+        "max_seq_len": 512,
+        "packer": "batched",
+        "max_seqs_per_bin": None,
+        "filter_over_cap": False,
+    }
+    assert [f["path"] for f in manifest["inputs"]["files"]] == [
+        p.as_posix() for p in parquet_dataset.files
+    ]
+    assert manifest["inputs"]["num_rows"] == len(parquet_dataset.lengths)
+    summary = manifest["summary"]
+    assert summary["num_sequences"] == len(parquet_dataset.lengths)
+    assert summary["num_tokens"] == int(parquet_dataset.lengths.sum())
+    assert summary["num_bins"] == sum(templates.values()) == manifest["n_bins"]
+    assert summary["lower_bound_bins"] == -(-summary["num_tokens"] // 512)
+    assert summary["num_dropped"] == 0
+    assert 0.9 < summary["efficiency"] <= 1.0
+    assert load_prepared(tmp_path / "out", verify=True).counts == counts
+
+
+def test_identical_bytes_whatever_the_threads_and_input_order(
+    parquet_dataset: ParquetDataset, tmp_path: Path
+) -> None:
+    one = prepare_dataset(_config(parquet_dataset, tmp_path / "one", threads=1)).path
+    files = list(reversed(parquet_dataset.files))
+    two = prepare_dataset(_config(parquet_dataset, tmp_path / "two", inputs=files, threads=2)).path
+    assert _tree_bytes(one) == _tree_bytes(two)
+
+
+def test_filter_over_cap_drops_and_counts(parquet_dataset: ParquetDataset, tmp_path: Path) -> None:
+    num_over = int((parquet_dataset.lengths > 60).sum())
+    assert num_over > 0
+    prepared = prepare_dataset(
+        _config(parquet_dataset, tmp_path / "out", max_seq_len=60, filter_over_cap=True)
+    )
+    assert prepared.counts == parquet_dataset.counts(max_seq_len=60)
+    assert prepared.manifest["summary"]["num_dropped"] == num_over
+    assert prepared.manifest["summary"]["dropped"] == {"over_max_seq_len": num_over}
+    assert prepared.manifest["config"]["filter_over_cap"] is True
+
+
+def test_over_cap_without_the_filter_is_an_error(
+    parquet_dataset: ParquetDataset, tmp_path: Path
+) -> None:
+    num_over = int((parquet_dataset.lengths > 60).sum())
+    longest = int(parquet_dataset.lengths.max())
+    message = (
+        rf"{num_over} sequences in length column 'num_tokens' are longer than --max-seq-len 60 "
+        rf"\(the longest has {longest}\); pass --filter-over-cap"
+    )
+    with pytest.raises(InputError, match=message):
+        prepare_dataset(_config(parquet_dataset, tmp_path / "out", max_seq_len=60))
+    assert _nothing_written(tmp_path / "out")
+
+
+def test_nothing_left_after_filtering(tmp_path: Path) -> None:
+    write_parquet(tmp_path / "in" / "a.parquet", {"n": [50, 60]})
+    config = PrepareConfig(
+        inputs=[tmp_path / "in"],
+        length_column="n",
+        max_seq_len=10,
+        output=tmp_path / "out",
+        filter_over_cap=True,
+    )
+    with pytest.raises(InputError, match=r"all 2 sequences are longer than --max-seq-len 10"):
+        prepare_dataset(config)
+    assert _nothing_written(tmp_path / "out")
+
+
+def test_no_rows(tmp_path: Path) -> None:
+    write_parquet(tmp_path / "in" / "a.parquet", {"n": np.array([], dtype=np.int64)})
+    config = PrepareConfig(
+        inputs=[tmp_path / "in"], length_column="n", max_seq_len=10, output=tmp_path / "out"
+    )
+    with pytest.raises(InputError, match=r"hold no rows"):
+        prepare_dataset(config)
+    assert _nothing_written(tmp_path / "out")
+
+
+def test_per_item_packer_and_max_seqs_per_bin(
+    parquet_dataset: ParquetDataset, tmp_path: Path
+) -> None:
+    prepared = prepare_dataset(
+        _config(parquet_dataset, tmp_path / "out", packer="per_item", max_seqs_per_bin=3)
+    )
+    assert prepared.templates == pack_length_histogram(prepared.counts, 512, max_seqs_per_bin=3)
+    assert max(len(t) for t in prepared.templates) <= 3
+    assert prepared.manifest["config"]["packer"] == "per-item"
+    assert prepared.manifest["config"]["max_seqs_per_bin"] == 3
+
+
+@pytest.mark.parametrize(
+    ("changes", "message"),
+    [
+        ({"max_seq_len": 0}, r"max_seq_len must be a positive integer, got 0; pass --max-seq-len"),
+        ({"max_seqs_per_bin": 0}, r"max_seqs_per_bin must be a positive integer or None, got 0"),
+        (
+            {"memory_limit": "4 gigs"},
+            r"memory_limit \(--memory-limit\) is '4 gigs'; expected a size",
+        ),
+        ({"packer": "fast"}, r"packer \(--packer\) is 'fast'; expected one of"),
+        ({"threads": 0}, r"threads \(--threads\) is 0; expected an integer >= 1"),
+        ({"inputs": []}, r"no inputs given"),
+        ({"length_column": ""}, r"length_column \(--length-column\) is ''"),
+    ],
+)
+def test_config_is_validated(tmp_path: Path, changes, message) -> None:
+    options = {"inputs": ["x.parquet"], "length_column": "n", "max_seq_len": 8, "output": tmp_path}
+    with pytest.raises(ConfigError, match=message):
+        PrepareConfig(**{**options, **changes})
+
+
+def test_memory_limit_and_temp_dir_reach_duckdb(
+    parquet_dataset: ParquetDataset, tmp_path: Path
+) -> None:
+    prepared = prepare_dataset(
+        _config(
+            parquet_dataset, tmp_path / "out", memory_limit="256MB", temp_dir=tmp_path / "spill"
+        )
+    )
+    assert prepared.counts == parquet_dataset.counts()
+
+
+# ---- bounded resources and interruptions (subprocesses) ---------------------------------------
+
+
+def _run_python(script: str, **kwargs) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-c", textwrap.dedent(script)], capture_output=True, text=True, **kwargs
+    )
+
+
+def test_more_distinct_lengths_than_the_open_files_limit(tmp_path: Path) -> None:
+    lengths = np.repeat(np.arange(1, 1801), 2)  # 1800 distinct lengths, 1800 pool files
+    ids = np.random.default_rng(0).permutation(lengths.size)
+    write_parquet(tmp_path / "in" / "a.parquet", {"n": lengths, "id": ids})
+    result = _run_python(
+        f"""
+        import resource
+        soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+        resource.setrlimit(resource.RLIMIT_NOFILE, (1024, hard))
+        from seqpack_cli.prepare import PrepareConfig, prepare_dataset
+        prepared = prepare_dataset(PrepareConfig(
+            inputs=[{str(tmp_path / "in")!r}], length_column="n", id_column="id",
+            max_seq_len=4000, output={str(tmp_path / "out")!r}))
+        arrays = [prepared.pools[length] for length in prepared.counts]
+        print(len(arrays), sum(a.size for a in arrays))
+        """
+    )
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.split() == ["1800", "3600"]
+    assert resource.getrlimit(resource.RLIMIT_NOFILE)  # (this process's limit untouched)
+
+
+@pytest.fixture(scope="module")
+def big_dataset(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """About a second of prepare work: 1.5M rows in 3 files, 3000 distinct lengths."""
+    root = tmp_path_factory.mktemp("big")
+    rng = np.random.default_rng(7)
+    num_rows = 1_500_000
+    ids = rng.permutation(num_rows)
+    lengths = rng.integers(1, 3001, num_rows)
+    for i, part in enumerate(np.array_split(np.arange(num_rows), 3)):
+        write_parquet(root / f"part-{i}.parquet", {"n": lengths[part], "id": ids[part]})
+    return root
+
+
+def _prepare_command(dataset: Path, output: Path) -> list[str]:
+    return [
+        sys.executable,
+        "-m",
+        "seqpack_cli.prepare",
+        "--input",
+        str(dataset),
+        "--length-column",
+        "n",
+        "--id-column",
+        "id",
+        "--max-seq-len",
+        "4096",
+        "--output",
+        str(output),
+        "--quiet",
+    ]
+
+
+@pytest.mark.slow
+def test_sigkill_at_random_points_leaves_nothing_loadable(
+    big_dataset: Path, tmp_path: Path
+) -> None:
+    output = tmp_path / "out"
+    started = time.perf_counter()
+    subprocess.run(_prepare_command(big_dataset, tmp_path / "reference"), check=True)
+    full_run = time.perf_counter() - started
+    reference = _tree_bytes(tmp_path / "reference")
+    rng = random.Random(0)
+    for _ in range(6):
+        process = subprocess.Popen(_prepare_command(big_dataset, output))
+        time.sleep(rng.uniform(0.05, 0.95) * full_run)
+        process.kill()
+        if process.wait() == 0:  # finished before the kill: a complete output is fine
+            assert _tree_bytes(output) == reference
+            subprocess.run(["rm", "-rf", str(output)], check=True)
+            continue
+        with pytest.raises(PreparedFormatError):
+            load_prepared(output)
+    # The next run succeeds, clears the killed runs' leftovers, and gives the same bytes.
+    subprocess.run(_prepare_command(big_dataset, output), check=True)
+    assert _tree_bytes(output) == reference
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["out", "reference"]
+
+
+@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT], ids=["SIGTERM", "SIGINT"])
+def test_sigterm_and_sigint_remove_the_temporary_directory(
+    big_dataset: Path, tmp_path: Path, signum: int
+) -> None:
+    output = tmp_path / "out"
+    process = subprocess.Popen(
+        _prepare_command(big_dataset, output), stderr=subprocess.PIPE, text=True
+    )
+    # Wait until the job has created its temporary directory, then interrupt it.
+    deadline = time.monotonic() + 30
+    while not [p for p in tmp_path.iterdir() if ".seqpack-tmp-" in p.name]:
+        assert time.monotonic() < deadline and process.poll() is None, "the job never started"
+        time.sleep(0.01)
+    time.sleep(0.2)
+    process.send_signal(signum)
+    _, stderr = process.communicate(timeout=60)
+    assert process.returncode != 0
+    assert "Traceback" not in stderr
+    assert list(tmp_path.iterdir()) == [], "no output and no temporary directory"
