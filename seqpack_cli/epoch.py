@@ -196,9 +196,17 @@ def _rank_options(rank: Any, world_size: Any) -> tuple[int, int]:
 class EpochPlan:
     """The bins of one epoch (of one rank), computed on demand; see the module docstring.
 
+    `templates`: a `Counter[BinTemplate]` or (template, multiplicity) pairs. `pools`: length ->
+    1-d integer array of ids (np.memmap welcome), one per length the templates use, holding
+    exactly as many ids as the templates have slots of that length (an empty pool for an unused
+    length is ignored; anything else is an InputError). `seed`: None for the canonical order, an
+    int (e.g. `seed_from_components(epoch)`) for a shuffled epoch. `rank`, `world_size`,
+    `drop_last`: sharding as torch's DistributedSampler.
+
     `plan[k]` is the list of ids of this rank's k-th bin, `plan.lengths(k)` its template;
     `iter(plan)` / `plan.iter(start)` yield the bins in order (resume at any bin);
-    `plan.bins(start, stop)` computes a batch at once.
+    `plan.bins(start, stop)` computes a batch at once. Bins are computed in batches of up to
+    2**18 ids (~16 MB of temporaries at most, whatever the size of the epoch).
     """
 
     def __init__(

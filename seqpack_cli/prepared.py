@@ -216,12 +216,20 @@ def check_output(output: Path, *, overwrite: bool) -> None:
         )
 
 
+def _signal_exception(signum: int) -> BaseException:
+    """What a signal becomes while a writer is open: Ctrl-C stays KeyboardInterrupt, SIGTERM
+    exits with the shell's code for it (143)."""
+    if signum == signal.SIGINT:
+        return KeyboardInterrupt()
+    return SystemExit(128 + signum)
+
+
 class PreparedWriter:
     """Writes a prepared directory atomically: a hidden temporary sibling, manifest last, rename.
 
-    Use as a context manager. Leaving the block with an exception (Ctrl-C included; SIGTERM too,
-    which is turned into `SystemExit(143)` while the block runs in the main thread) deletes the
-    temporary directory. `write_pool` may be called from several threads at once.
+    Use as a context manager. Leaving the block with an exception deletes the temporary
+    directory; so do Ctrl-C and SIGTERM (while the block runs in the main thread, SIGTERM becomes
+    `SystemExit(143)`). `write_pool` may be called from several threads at once.
     """
 
     def __init__(self, output: str | os.PathLike[str], *, overwrite: bool = False) -> None:
@@ -233,7 +241,8 @@ class PreparedWriter:
         self._tmp_text = os.fspath(self.tmp_path)
         self._files: dict[str, dict[str, Any]] = {}
         self._lock = threading.Lock()
-        self._previous_sigterm: Any = None
+        self._previous_handlers: dict[int, Any] = {}
+        self._signal: int | None = None
         self._committed = False
 
     @property
@@ -245,7 +254,7 @@ class PreparedWriter:
         check_output(self.output, overwrite=self.overwrite)
         for stale in _stale_siblings(self.output):
             shutil.rmtree(stale, ignore_errors=True)
-        self._install_sigterm()
+        self._install_signals()
         try:
             self.output.parent.mkdir(parents=True, exist_ok=True)
             (self.tmp_path / POOLS_DIR).mkdir(parents=True)
@@ -268,30 +277,37 @@ class PreparedWriter:
         traceback: TracebackType | None,
     ) -> None:
         self._cleanup()
+        # A library may turn the signal into its own error (DuckDB raises "Query interrupted"):
+        # report the signal instead.
+        interrupted = exc is not None and self._signal is not None
+        if interrupted and not isinstance(exc, (KeyboardInterrupt, SystemExit)):
+            raise _signal_exception(self._signal) from None  # type: ignore[arg-type]
 
     def _cleanup(self) -> None:
         try:
             if not self._committed:
                 shutil.rmtree(self.tmp_path, ignore_errors=True)
         finally:
-            self._restore_sigterm()
+            self._restore_signals()
 
-    def _install_sigterm(self) -> None:
-        # Only take over SIGTERM where nobody else did: the default action would kill the process
-        # without running the cleanup above.
+    def _install_signals(self) -> None:
+        # Only take over the default handlers, and only in the main thread (where signals land):
+        # the default SIGTERM action would kill the process without running the cleanup.
         if threading.current_thread() is not threading.main_thread():
             return
-        if signal.getsignal(signal.SIGTERM) is signal.SIG_DFL:
+        defaults = {signal.SIGINT: signal.default_int_handler, signal.SIGTERM: signal.SIG_DFL}
+        for signum, default in defaults.items():
+            if signal.getsignal(signum) is default:
+                self._previous_handlers[signum] = signal.signal(signum, self._on_signal)
 
-            def _terminate(signum: int, frame: FrameType | None) -> None:
-                raise SystemExit(128 + signum)
+    def _on_signal(self, signum: int, frame: FrameType | None) -> None:
+        self._signal = signum
+        raise _signal_exception(signum)
 
-            self._previous_sigterm = signal.signal(signal.SIGTERM, _terminate)
-
-    def _restore_sigterm(self) -> None:
-        if self._previous_sigterm is not None:
-            signal.signal(signal.SIGTERM, self._previous_sigterm)
-            self._previous_sigterm = None
+    def _restore_signals(self) -> None:
+        for signum, handler in self._previous_handlers.items():
+            signal.signal(signum, handler)
+        self._previous_handlers.clear()
 
     def _record(self, name: str, num_bytes: int, digest: str) -> None:
         with self._lock:
