@@ -14,8 +14,9 @@ Columns: bins, LB (lower bound: the largest of ceil(tokens / max_seq_len), Marte
 the "at most k lengths > M/(k+1) per bin" bound), bins/LB, efficiency (tokens / capacity),
 time (best of the repeats, seconds) and peak memory (extra RSS of a forked child, MiB).
 
-    python benchmarks/bench_packing.py            # full run (a few minutes)
-    python benchmarks/bench_packing.py --quick    # small sizes (seconds)
+    python benchmarks/bench_packing.py                   # full run (a few minutes)
+    python benchmarks/bench_packing.py --quick           # small sizes (seconds)
+    python benchmarks/bench_packing.py --histogram-only  # tables 2 and 3 only (under a minute)
 """
 
 from __future__ import annotations
@@ -286,6 +287,11 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="small sizes only (seconds)")
     parser.add_argument(
+        "--histogram-only",
+        action="store_true",
+        help="only the histogram packer tables (2 and 3), not the per-sequence packers",
+    )
+    parser.add_argument(
         "--distributions",
         default=",".join(distributions.DISTRIBUTIONS),
         help="comma-separated names from benchmarks/distributions.py (default: all)",
@@ -303,11 +309,13 @@ def main() -> int:
         f"lightbinpack {lightbinpack.__version__}, load average {os.getloadavg()[0]:.1f}"
     )
     if args.quick:
-        per_sequence_tables([10**4, 10**5], names)
+        if not args.histogram_only:
+            per_sequence_tables([10**4, 10**5], names)
         histogram_tables([10**4, 10**6], names, repeats=3)
         billion_table(names, 10**7, repeats=3)
     else:
-        per_sequence_tables([10**4, 10**5, 10**6, 10**7], names)
+        if not args.histogram_only:
+            per_sequence_tables([10**4, 10**5, 10**6, 10**7], names)
         histogram_tables([10**4, 10**6, 10**8, 10**9], names, repeats=3)
         billion_table(names, 10**9, repeats=5)
     print(f"\ntotal benchmark time: {time.perf_counter() - began:.0f} s")

@@ -11,7 +11,11 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from seqpack_cli.bin_counts import count_bfd_bins, count_ffd_bins, count_mffd_bins
+from seqpack_cli.bin_groups import count_bins, group_templates
+from seqpack_cli.bounds import LowerBound, lower_bound, lower_bounds, residual_lower_bound
 from seqpack_cli.errors import ConfigError, InputError
+from seqpack_cli.grouped import bfd_groups, ffd_groups
 from seqpack_cli.histogram import (
     lower_bound_bins,
     pack_length_histogram,
@@ -20,6 +24,8 @@ from seqpack_cli.histogram import (
     pack_length_histogram_ffd,
     pack_length_histogram_mffd,
 )
+from seqpack_cli.mffd import mffd_groups
+from seqpack_cli.patterns import pattern_groups
 
 # The per-item packers written for the benchmark are the oracles here (one obvious
 # implementation each, shared rather than copied).
@@ -34,6 +40,12 @@ GROUPED = {
     "bfd": (pack_length_histogram_bfd, reference.bfd),
     "ffd": (pack_length_histogram_ffd, reference.ffd),
     "mffd": (pack_length_histogram_mffd, reference.mffd),
+}
+# Each classic strategy on groups and its count-only twin (uncapped).
+CLASSICS = {
+    "bfd": (bfd_groups, count_bfd_bins),
+    "ffd": (ffd_groups, count_ffd_bins),
+    "mffd": (mffd_groups, count_mffd_bins),
 }
 
 
@@ -112,6 +124,49 @@ def test_lower_bound() -> None:
     assert lower_bound_bins({}, 10) == 0
 
 
+def test_lower_bounds_by_kind() -> None:
+    # 9 sequences of 7 or 8 (longer than 20/3, so at most two share a bin) need 5 bins, while
+    # their 72 tokens would fit in 4: the bound by number is the one that binds.
+    assert lower_bounds([(8, 4), (7, 5), (5, 1)], 20, None) == LowerBound(4, 4, 5)
+    # three sequences longer than 10/2 never share: by size (L2), 3; by volume, 2
+    assert lower_bounds([(6, 3), (1, 1)], 10, None) == LowerBound(2, 3, 3)
+    assert lower_bounds([(1, 10)], 10, 3) == LowerBound(1, 1, 4)  # ceil(10 / 3) when capped
+    assert lower_bound([(1, 10)], 10, 3) == 4
+
+
+def test_pattern_heuristic_takes_complements_first() -> None:
+    # max_seq_len 10. The tops longer than 10/2 first take their complements: 9 + 1 twice
+    # (two 9s) and 8 + 2 once (one 2). Nothing a longer top uses can be a complement of a
+    # shorter one, so these patterns are known before the main loop and merged in by top.
+    # Then 8 is the top twice more with room 2: no 2 left, so the longest that fits is 1, and
+    # the room closes exactly with 1 + 1 (once: three 1s left); the last 8 takes the last 1.
+    # 5 bins: the lower bound, so no other strategy runs.
+    histogram = {9: 2, 8: 3, 2: 1, 1: 5}
+    groups = pattern_groups(sorted(histogram.items(), reverse=True), 10, None)
+    assert groups == [
+        ((None, (9, 1), 0), 2),
+        ((None, (8, 2), 0), 1),
+        ((None, (8, 1, 1), 0), 1),
+        ((None, (8, 1), 0), 1),
+    ]
+    result = pack_length_histogram_batched(histogram, 10)
+    assert list(result.items()) == [((9, 1), 2), ((8, 2), 1), ((8, 1, 1), 1), ((8, 1), 1)]
+    assert lower_bound_bins(histogram, 10) == 5
+
+
+def test_bfd_goes_first_where_the_number_of_sequences_binds() -> None:
+    # max_seq_len 20, the histogram of test_lower_bounds_by_kind: the bound by number (5)
+    # exceeds the others, so BFD runs first. It pairs the long sequences, 8 + 8 twice and
+    # 7 + 7 twice, the 5 goes to the tightest room (6, beside two 7s) and the last 7 is alone:
+    # 5 bins, the bound, so the pattern heuristic (also 5 bins, other templates) never runs.
+    histogram = {8: 4, 7: 5, 5: 1}
+    expected = Counter({(8, 8): 2, (7, 7, 5): 1, (7, 7): 1, (7,): 1})
+    assert pack_length_histogram_bfd(histogram, 20) == expected
+    assert pack_length_histogram_batched(histogram, 20) == expected
+    patterns = group_templates(pattern_groups(sorted(histogram.items(), reverse=True), 20, None))
+    assert sum(patterns.values()) == 5 and patterns != expected
+
+
 def test_cost_does_not_grow_with_the_number_of_sequences() -> None:
     # A trillion sequences of three lengths: a handful of templates, in milliseconds.
     start = time.perf_counter()
@@ -173,6 +228,73 @@ def test_engine_invariants_and_never_worse(case, cap) -> None:
     assert num_bins >= lower_bound_bins(histogram, max_seq_len, max_seqs_per_bin=cap)
     for packer in (reference.bfd, reference.ffd, reference.mffd):
         assert num_bins <= len(packer(lengths, max_seq_len, cap))
+
+
+@settings(max_examples=150, deadline=None)
+@given(histograms(), st.integers(0, 12))
+def test_count_twins_and_limits_agree_with_the_strategies(case, limit_offset) -> None:
+    # The engine skips a classic strategy when its count-only twin (or the strategy itself,
+    # when capped) stops at the best so far: a stop must mean "no fewer bins than the limit",
+    # and a finish must give exactly the strategy's bins (and, for the strategy, templates).
+    max_seq_len, lengths = case
+    items = sorted(Counter(lengths).items(), reverse=True)
+    if not items:
+        return
+    for name, (strategy, count_bins_of) in CLASSICS.items():
+        for cap in (None, 3):
+            full = strategy(items, max_seq_len, cap)
+            assert full is not None
+            num_bins = count_bins(full)
+            limit = max(num_bins - 6 + limit_offset, 0)
+            limited = strategy(items, max_seq_len, cap, limit)
+            if num_bins >= limit:
+                assert limited is None, name
+            else:
+                assert limited is not None and group_templates(limited) == group_templates(full)
+        full_bins = count_bins(strategy(items, max_seq_len, None) or [])
+        assert count_bins_of(items, max_seq_len, float("inf")) == full_bins, name
+        limit = max(full_bins - 6 + limit_offset, 0)
+        expected = None if full_bins >= limit else full_bins
+        assert count_bins_of(items, max_seq_len, limit) == expected, name
+
+
+@settings(max_examples=150, deadline=None)
+@given(histograms(), caps)
+def test_pattern_templates_are_valid_and_all_different(case, cap) -> None:
+    max_seq_len, lengths = case
+    items = sorted(Counter(lengths).items(), reverse=True)
+    if not items:
+        return
+    groups = pattern_groups(items, max_seq_len, cap)
+    templates = [node[1] for node, _ in groups]
+    assert len(set(templates)) == len(templates)  # what the engine relies on
+    assert all(num_bins >= 1 for _, num_bins in groups)
+    packed = group_templates(groups)
+    assert flatten(packed) == Counter(lengths)
+    assert all(sum(t) <= max_seq_len and list(t) == sorted(t, reverse=True) for t in packed)
+    if cap is not None:
+        assert all(len(t) <= cap for t in packed)
+
+
+@settings(max_examples=150, deadline=None)
+@given(histograms(), st.randoms(use_true_random=False))
+def test_residual_lower_bound_never_exceeds_a_packing(case, rng) -> None:
+    # Take a packing, call some of its bins "open" (given by their tokens) and the sequences
+    # of the others "not placed yet": the packing itself completes that state, so the bound
+    # on the final bins may not exceed its bins. With no open bin it is the plain bound.
+    max_seq_len, lengths = case
+    histogram = Counter(lengths)
+    items = sorted(histogram.items(), reverse=True)
+    packed = pack_length_histogram_bfd(histogram, max_seq_len)
+    bins = [template for template, num in packed.items() for _ in range(num)]
+    open_bins = [template for template in bins if rng.random() < 0.5]
+    rest = flatten(Counter(bins)) - flatten(Counter(open_bins))
+    sizes = [sum(template) for template in open_bins] + list(rest)
+    nums = [1] * len(open_bins) + list(rest.values())
+    assert residual_lower_bound(sizes, nums, max_seq_len) <= len(bins)
+    assert residual_lower_bound(list(histogram), list(histogram.values()), max_seq_len) == (
+        lower_bound(items, max_seq_len, None)
+    )
 
 
 @settings(max_examples=100, deadline=None)

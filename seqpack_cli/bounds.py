@@ -1,0 +1,105 @@
+"""Lower bounds on the number of bins a length histogram needs.
+
+The histogram engine stops as soon as a strategy reaches `lower_bound` (nothing can do better),
+and `residual_lower_bound` lets a strategy that is part-way through prove that it can no longer
+beat the best packing found so far.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+__all__ = [
+    "LowerBound",
+    "lower_bound",
+    "lower_bounds",
+    "residual_lower_bound",
+]
+
+
+@dataclass(frozen=True)
+class LowerBound:
+    """Lower bounds on the bins of a histogram, by kind; `value` is the one that counts.
+
+    by_volume: ceil(total tokens / max_seq_len).
+    by_size: Martello and Toth's L2: the sequences longer than M/2 (no two share a bin) plus
+        the volume of the shorter ones that cannot fit beside them.
+    by_number: the sequences longer than M/(k+1) divided by k, for every k (at most k of them
+        share a bin), and ceil(sequences / cap) when capped: bins filled by how many
+        sequences they hold rather than by their tokens.
+    """
+
+    by_volume: int
+    by_size: int
+    by_number: int
+
+    @property
+    def value(self) -> int:
+        return max(self.by_volume, self.by_size, self.by_number)
+
+
+def lower_bound(items: list[tuple[int, int]], max_seq_len: int, cap: int | None) -> int:
+    """A lower bound for `items` (length, count), lengths descending and distinct."""
+    return lower_bounds(items, max_seq_len, cap).value
+
+
+def lower_bounds(items: list[tuple[int, int]], max_seq_len: int, cap: int | None) -> LowerBound:
+    """The bounds of `LowerBound` for `items` (length, count), lengths descending, distinct."""
+    if not items:
+        return LowerBound(0, 0, 0)
+    lengths = np.array([length for length, _ in reversed(items)], dtype=np.int64)  # ascending
+    counts = np.array([count for _, count in reversed(items)], dtype=np.int64)
+    bound = _bounds_of_sizes(lengths, counts, max_seq_len)
+    if cap is not None:
+        by_cap = -(-int(counts.sum()) // cap)
+        bound = LowerBound(bound.by_volume, bound.by_size, max(bound.by_number, by_cap))
+    return bound
+
+
+def _bounds_of_sizes(lengths: np.ndarray, counts: np.ndarray, max_seq_len: int) -> LowerBound:
+    if not lengths.size:
+        return LowerBound(0, 0, 0)
+    tokens = lengths * counts
+    num_cum = np.concatenate(([0], np.cumsum(counts)))  # sequences with index < i
+    tok_cum = np.concatenate(([0], np.cumsum(tokens)))
+    by_volume = -(-int(tok_cum[-1]) // max_seq_len)
+    # L2(a) for a in {0} and every length <= M/2:
+    #   J1: length > M - a;  J2: M/2 < length <= M - a;  J3: a <= length <= M/2
+    #   L2(a) = |J1| + |J2| + max(0, ceil((sum J3 - (|J2| M - sum J2)) / M))
+    alphas = np.concatenate(([0], lengths[2 * lengths <= max_seq_len]))
+    half = int(np.searchsorted(lengths, max_seq_len // 2, side="right"))  # first index > M/2
+    j2_end = np.searchsorted(lengths, max_seq_len - alphas, side="right")  # first > M - a
+    j3_start = np.searchsorted(lengths, alphas, side="left")
+    num_large = int(num_cum[-1] - num_cum[half])
+    num_j2 = num_cum[j2_end] - num_cum[half]
+    sum_j2 = tok_cum[j2_end] - tok_cum[half]
+    sum_j3 = tok_cum[half] - tok_cum[j3_start]
+    spill = sum_j3 - (num_j2 * max_seq_len - sum_j2)
+    by_size = num_large + int(np.maximum(0, -(-spill // max_seq_len)).max())
+    # at most k sequences longer than M/(k+1) share a bin (k = 2: two of M/3 + 1 already fill it)
+    ks = np.arange(1, min(max_seq_len, 4096) + 1)
+    longer = num_cum[-1] - num_cum[np.searchsorted(lengths, max_seq_len // (ks + 1), side="right")]
+    return LowerBound(by_volume, by_size, int((-(-longer // ks)).max()))
+
+
+def residual_lower_bound(sizes: list[int], nums: list[int], max_seq_len: int) -> int:
+    """A lower bound on the final bins of a packing that is part-way through.
+
+    `sizes[i]`, `nums[i]`: `nums[i]` items of `sizes[i]` tokens, in any order, repeats allowed;
+    the open bins are given as items (the tokens already in one bin) and the sequences not
+    placed yet as themselves. However the rest is placed, the final packing is a packing of
+    that instance (each open bin taken whole), so a bound on the instance (uncapped: a
+    relaxation when a cap applies) bounds the final number of bins from below.
+    """
+    if not sizes:
+        return 0
+    size_array = np.array(sizes, dtype=np.int64)
+    num_array = np.array(nums, dtype=np.int64)
+    order = np.argsort(size_array, kind="stable")
+    size_array, num_array = size_array[order], num_array[order]
+    starts = np.flatnonzero(np.concatenate(([True], size_array[1:] != size_array[:-1])))
+    return _bounds_of_sizes(
+        size_array[starts], np.add.reduceat(num_array, starts), max_seq_len
+    ).value
