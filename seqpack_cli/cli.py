@@ -136,7 +136,9 @@ def _render_prepare(summary: dict[str, Any], manifest: dict[str, Any], seconds: 
     table.add_row("bins", f"{numbers['num_bins']:,} from {numbers['num_templates']:,} templates")
     table.add_row(
         "efficiency",
-        f"{numbers['efficiency']:.2%} (lower bound {numbers['lower_bound_bins']:,} bins)",
+        # Truncated, not rounded: 99.996% is not shown as a perfect 100.00%.
+        f"{int(numbers['efficiency'] * 10_000) / 100:.2f}% "
+        f"(lower bound {numbers['lower_bound_bins']:,} bins)",
     )
     Console().print(table)
 

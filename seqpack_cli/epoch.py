@@ -32,7 +32,8 @@ import itertools
 import logging
 import math
 import operator
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from operator import itemgetter
 from typing import Any
 
 import numpy as np
@@ -41,6 +42,7 @@ from seqpack_cli.errors import ConfigError, InputError
 from seqpack_cli.seeding import (
     FeistelFamily,
     FeistelPermutation,
+    Scratch,
     _optional_seed,
     seed_from_components,
 )
@@ -55,18 +57,31 @@ Template = tuple[int, ...]
 # length present in a batch, and per cycle-walking round, and must each do enough work to
 # amortise their overhead), within [_MIN_BATCH_IDS, _BATCH_IDS]: smaller batches stay in cache;
 # the cap bounds the batch's memory (a dozen int64 arrays of the batch size, ~25 MB at the cap).
-_IDS_PER_LENGTH = 128
-_BATCH_IDS = 1 << 18
+_IDS_PER_LENGTH = 256
+_BATCH_IDS = 1 << 19
 _MIN_BATCH_IDS = 1 << 16
+# Small pools copied into one in-RAM array (see _merge_small_pools): at most this many ids
+# (8 MiB), and only when at least _MIN_MERGED_POOLS pools fit.
+_MERGED_POOL_IDS = 1 << 20
+_MIN_MERGED_POOLS = 16
 # Canonical bin -> template look-up: a table over buckets of 2**shift bins, at least this many
-# buckets per template, so that at most 1/8 of the buckets straddle two templates (those, and
-# only those, fall back to a binary search).
-_BUCKETS_PER_TEMPLATE = 8
-# Bins turned into Python lists at a time while iterating. The lists of a block are alive
-# together while the consumer walks through it; small blocks keep few of them alive at each
-# collection of the cyclic GC, which would otherwise promote and re-traverse them (2048-bin
-# blocks iterate ~10% slower than 256-bin ones).
+# buckets per template (at most _MAX_BUCKETS), so that ~2% of the bins fall in a bucket that
+# straddles two templates (those, and only those, fall back to a binary search: ~3 ns per bin
+# on average instead of ~8 with 8 buckets per template). int32 entries: 128-256 bytes per
+# template.
+_BUCKETS_PER_TEMPLATE = 32
+_MAX_BUCKETS = 1 << 20
+# Bins turned into Python lists at a time while iterating (at most 256: see _Chunk.lists). The
+# lists of a block are alive together while the consumer walks through it; small blocks keep
+# few of them alive at each collection of the cyclic GC, which would otherwise promote and
+# re-traverse them (1024-bin blocks iterate ~10-30% slower than 256-bin ones).
 _LIST_BINS = 256
+# A size gets its own group in a block's layout (see _Chunk) when the batch has at least this
+# many bins of it per block on average; one `tolist` call per group and block costs about as
+# much as slicing a dozen bins from a flat list.
+_MIN_GROUP_BINS = 24
+_SIZE_CODE_BITS = 4
+_SIZE_CODE_MASK = (1 << _SIZE_CODE_BITS) - 1
 # Seed component that stands for the bin order; lengths are >= 1, so it never collides with
 # the (seed, length) seeds of the pools.
 _ORDER_COMPONENT = 0
@@ -274,6 +289,9 @@ class EpochPlan:
         self._slot_base = np.array(slot_base, dtype=np.int64)
         self._slot_stride = np.array(slot_stride, dtype=np.int64)
         self._slot_lists = (slot_start, slot_length, slot_base, slot_stride)
+        self._merged, self._merged_offsets = _merge_small_pools(self._pools)
+        self._block_key_cache: np.ndarray | None = None
+        self._member_index = np.arange(len(self._lengths), dtype=self._slot_length.dtype)
 
         total = self.num_bins_total
         if self.drop_last:
@@ -359,123 +377,271 @@ class EpochPlan:
             )
         # chain.from_iterable hands out the bins of each block in C: the generator below
         # resumes once per block of lists, not once per bin.
-        return itertools.chain.from_iterable(self._blocks_from(int(start)))
-
-    def _blocks_from(self, start: int) -> Iterator[list[list[int]]]:
-        for first in range(start, self._len, self._batch_bins):
-            ids, ends = self._ids_of(first, min(first + self._batch_bins, self._len))
-            # Python lists are built a few hundred bins at a time, as they are consumed: the
-            # memory of the previous lists is reused while it is still in cache.
-            for row in range(0, len(ends), _LIST_BINS):
-                yield _split_rows(ids, ends, row, row + _LIST_BINS)
+        return itertools.chain.from_iterable(self._blocks(int(start), self._len))
 
     def bins(self, start: int, stop: int) -> list[list[int]]:
         """This rank's bins `start .. stop-1` (slice semantics: negative values count from the
         end, out-of-range values are clipped), computed vectorised."""
         first, last, _ = slice(start, stop).indices(self._len)
-        out: list[list[int]] = []
+        return list(itertools.chain.from_iterable(self._blocks(first, last)))
+
+    def bin_arrays(self, start: int, stop: int) -> tuple[np.ndarray, np.ndarray]:
+        """This rank's bins `start .. stop-1` (slice semantics, as `bins`) as arrays, with no
+        Python object per id: `(ids, offsets)`, int64, bin i's ids being
+        `ids[offsets[i]:offsets[i + 1]]` (CSR layout; `len(offsets)` is the number of bins
+        plus one). Equal to `bins(start, stop)`, several times faster; memory is the output plus
+        one batch of work arrays."""
+        first, last, _ = slice(start, stop).indices(self._len)
+        scratch = Scratch()
+        parts: list[np.ndarray] = []
+        offsets = [np.zeros(1, dtype=np.int64)]
+        num_ids = 0
         for batch in range(first, last, self._batch_bins):
-            ids, ends = self._ids_of(batch, min(batch + self._batch_bins, last))
-            out.extend(_split_rows(ids, ends, 0, len(ends)))
-        return out
+            chunk = self._chunk(batch, min(batch + self._batch_bins, last), scratch, False)
+            parts.append(chunk.ids.copy())  # the work arrays are reused by the next batch
+            offsets.append(chunk.ends + num_ids)
+            num_ids += len(chunk.ids)
+        ids = parts[0] if len(parts) == 1 else np.concatenate(parts, dtype=np.int64)
+        return ids, np.concatenate(offsets)
 
-    def _ids_of(self, first: int, last: int) -> tuple[np.ndarray, np.ndarray]:
-        """The ids of bins first..last-1 (0 <= first < last <= len), flat and bin after bin,
-        and the end offset of each bin in them, in one vectorised pass.
+    def _blocks(self, first: int, last: int) -> Iterator[Sequence[list[int]]]:
+        """Bins first..last-1 as Python lists, in blocks of up to `_LIST_BINS` bins."""
+        scratch = Scratch()
+        for batch in range(first, last, self._batch_bins):
+            # Each batch's lists are all built before the next batch reuses the work arrays.
+            chunk = self._chunk(batch, min(batch + self._batch_bins, last), scratch)
+            yield from chunk.lists(scratch)
 
-        Batch-sized temporaries are dropped as soon as they are used (`del`): they are what the
-        memory of an epoch consists of.
+    def _chunk(self, first: int, last: int, scratch: Scratch, grouped: bool = True) -> _Chunk:
+        """The ids of bins first..last-1 (0 <= first < last <= len), in one vectorised pass.
+
+        With `grouped`, the bins of each block of `_LIST_BINS` are laid out by size (see
+        `_Chunk`), so that `lists()` builds the lists of equal-sized bins in C; without, they
+        stay in order (`ids` flat, bin after bin). All the batch-sized arrays come from
+        `scratch`, and stay valid until its next batch.
         """
-        g = np.arange(first, last, dtype=np.int64)
-        g *= self.world_size
-        g += self.rank
+        num_bins = last - first
+        g = scratch.array("bins.g", num_bins, np.int64)
+        np.add(scratch.iota(num_bins), first, out=g)
+        if self.world_size > 1:
+            g *= self.world_size
+            g += self.rank
         if not self.drop_last and g[-1] >= self.num_bins_total:
             g %= self.num_bins_total  # the DistributedSampler padding wraps around
         if self._order is not None:
-            self._order.permute_inplace(g.view(np.uint64))  # values < 2**63: same bits
-        t = self._templates_of(g)
-        occurrence = g - self._bin_start.take(t)
-        del g
-        sizes = self._size.take(t)
-        ends = np.cumsum(sizes)
+            self._order.permute_inplace(g.view(np.uint64), scratch)  # values < 2**63
+        t = self._templates_of(g, scratch)
+        sizes = self._size.take(t, out=scratch.array("bins.sizes", num_bins, np.int64))
+        chunk = _Chunk(sizes)
+        if grouped:
+            chunk.group(self._block_keys, scratch)
+            if chunk.order is not None:
+                t = t.take(chunk.order, out=scratch.array("bins.t2", num_bins, t.dtype))
+                g = g.take(chunk.order, out=scratch.array("bins.g2", num_bins, np.int64))
+                sizes = chunk.sizes
+        work = self._bin_start.take(t, out=scratch.array("bins.work", num_bins, np.int64))
+        g -= work  # g is now the occurrence of the bin's template
+        ends = np.cumsum(sizes, out=scratch.array("bins.ends", num_bins, np.int64))
+        starts = self._slot_start.take(t, out=work)
+        starts -= ends
+        starts += sizes
+        num_ids = int(ends[-1])
+        # The bin of each id: 1 at the first id of every bin but the first, summed.
+        bin_of_id = scratch.array("ids.a", num_ids, np.int64)
+        bin_of_id.fill(0)
+        bin_of_id[ends[:-1]] = 1
+        np.cumsum(bin_of_id, out=bin_of_id)
         # q: the flat slot index of every id of the batch, bin after bin.
-        q = np.repeat(self._slot_start.take(t) - (ends - sizes), sizes)
-        del t
-        q += np.arange(len(q))
-        positions = np.repeat(occurrence, sizes)
-        del occurrence, sizes
-        positions *= self._slot_stride.take(q)
-        positions += self._slot_base.take(q)
-        members = self._slot_length.take(q)
-        del q
-        if len(self._pools) == 1:
-            if self._family is not None:
-                self._family.permute_inplace(members, positions.view(np.uint64))
-            return self._pools[0].take(positions), ends
-        # Sorted by length once: each pool is then read with one `take` on a contiguous run,
-        # and the permutations' per-length parameters are looked up sequentially.
-        order = np.argsort(members, kind="stable")
-        members = members[order]
-        positions = positions[order]
+        q = starts.take(bin_of_id, out=scratch.array("ids.b", num_ids, np.int64))
+        q += scratch.iota(num_ids)
+        positions = g.take(bin_of_id, out=scratch.array("ids.c", num_ids, np.int64))
+        slot_values = self._slot_stride.take(q, out=bin_of_id)
+        positions *= slot_values
+        positions += self._slot_base.take(q, out=slot_values)
+        dtype = self._slot_length.dtype
+        members = self._slot_length.take(q, out=scratch.array("ids.members", num_ids, dtype))
+        chunk.ids, chunk.ends = self._pool_ids(positions, members, scratch), ends
+        return chunk
+
+    @property
+    def _block_keys(self) -> np.ndarray:
+        """`(i // _LIST_BINS) << _SIZE_CODE_BITS` for i < the bins of a batch (see `_Chunk`),
+        in the narrowest dtype that holds them: numpy radix-sorts uint16 keys."""
+        if self._block_key_cache is None:
+            blocks = np.arange(self._batch_bins) // _LIST_BINS
+            num_keys = (int(blocks[-1]) + 1) << _SIZE_CODE_BITS
+            dtype = np.uint16 if num_keys <= 1 << 16 else np.uint32
+            self._block_key_cache = (blocks << _SIZE_CODE_BITS).astype(dtype)
+        return self._block_key_cache
+
+    def _pool_ids(self, positions: np.ndarray, members: np.ndarray, scratch: Scratch) -> np.ndarray:
+        """`pools[members[i]][perm[members[i]][positions[i]]]` for every i, as int64 ids (a
+        work array of `scratch`). `positions` (int64, in range) is overwritten."""
+        num_ids = len(positions)
+        order = None
+        if len(self._pools) > 1:
+            # Sorted by length once (a radix sort of uint16 keys): the permutations then run
+            # once per width over contiguous runs, and each pool is read with one `take`.
+            order = np.argsort(members, kind="stable")
+            sorted_members = members.take(order, out=scratch.array("ids.d", num_ids, members.dtype))
+            members = sorted_members
+            # "ids.b" held q, which is dead by now.
+            positions = positions.take(order, out=scratch.array("ids.b", num_ids, np.int64))
+        bounds = np.searchsorted(members, self._member_index)
+        starts = [*bounds.tolist(), num_ids]
         if self._family is not None:
-            self._family.permute_inplace(members, positions.view(np.uint64))
-        cuts = np.flatnonzero(members[1:] != members[:-1]) + 1
-        bounds = [0, *cuts.tolist(), len(order)]
-        heads = members[bounds[:-1]].tolist()
-        del members, cuts
-        taken = np.empty(len(order), dtype=np.int64)
+            self._family.permute_grouped(positions.view(np.uint64), members, starts, scratch)
+        nonempty = np.flatnonzero(np.diff(bounds, append=num_ids)).tolist()
+        taken = self._gather(positions, members, starts, nonempty, scratch)
+        if order is None:
+            return taken
+        ids = scratch.array("ids.c", num_ids, np.int64)  # held positions, dead by now
+        ids[order] = taken
+        return ids
+
+    def _gather(
+        self,
+        positions: np.ndarray,
+        members: np.ndarray,
+        starts: list[int],
+        nonempty: list[int],
+        scratch: Scratch,
+    ) -> np.ndarray:
+        """Read the pools: pool m's (permuted) positions are `positions[starts[m]:starts[m+1]]`
+        (`members` sorted; `nonempty`: the m with any). Returns the int64 ids at them (a work
+        array); `positions` is overwritten."""
+        taken = scratch.array("ids.a", len(positions), np.int64)
+        num_merged = len(self._merged_offsets)
+        if num_merged:
+            # The smallest pools, copied into one array: one `take` for all of them.
+            end = starts[num_merged]
+            head = positions[:end]
+            offsets = self._merged_offsets.take(members[:end], out=taken[:end])
+            head += offsets
+            self._merged.take(head, out=taken[:end], mode="clip")
         pools = self._pools
-        for head, a, b in zip(heads, bounds[:-1], bounds[1:], strict=True):
-            pool = pools[head]
+        for m in nonempty:
+            if m < num_merged:
+                continue
+            a, b = starts[m], starts[m + 1]
+            pool = pools[m]
             if pool.dtype == taken.dtype:
                 # mode="clip" lets np.take write straight into `out` (no range-check buffer);
                 # positions are in range by construction (the tests check every id once).
                 pool.take(positions[a:b], out=taken[a:b], mode="clip")
             else:
                 taken[a:b] = pool[positions[a:b]]
-        del positions
-        ids = np.empty_like(taken)
-        ids[order] = taken
-        return ids, ends
+        return taken
 
-    def _templates_of(self, j: np.ndarray) -> np.ndarray:
+    def _templates_of(self, j: np.ndarray, scratch: Scratch) -> np.ndarray:
         """The template index of each canonical bin in `j` (a binary search only where the
         bucket table is ambiguous: numpy's searchsorted costs ~50 ns per random query)."""
-        t = self._bucket_template.take(j >> self._bucket_shift)
+        buckets = scratch.array("bins.buckets", len(j), np.int64)
+        np.right_shift(j, self._bucket_shift, out=buckets)
+        table = self._bucket_template
+        t = table.take(buckets, out=scratch.array("bins.t", len(j), table.dtype))
         straddling = np.flatnonzero(t < 0)
         if straddling.size:
             t[straddling] = np.searchsorted(self._bin_end, j[straddling], side="right")
         return t
 
 
-def _bucket_table(bin_end: np.ndarray) -> tuple[int, np.ndarray]:
-    """(shift, table): table[b] is the template of every canonical bin j with j >> shift == b,
-    or -1 where bucket b straddles two templates."""
-    num_bins = int(bin_end[-1]) if len(bin_end) else 0
-    target = _BUCKETS_PER_TEMPLATE * max(1, len(bin_end))
-    shift = max(0, (num_bins // target).bit_length() - 1) if num_bins else 0
-    first = np.arange(0, num_bins, 1 << shift, dtype=np.int64)
-    last = np.minimum(first + (1 << shift), num_bins) - 1
-    first_template = np.searchsorted(bin_end, first, side="right")
-    last_template = np.searchsorted(bin_end, last, side="right")
-    return shift, np.where(first_template == last_template, first_template, -1)
+class _Chunk:
+    """The ids of a batch of bins, and how to cut them into Python lists.
+
+    Building a Python list per bin is most of the cost of an epoch. Bins of one size come out of
+    numpy as lists in C (`ids.reshape(-1, size).tolist()`), ~2x faster per bin than slicing a
+    flat list in a Python loop. So `group` lays the bins of each block of `_LIST_BINS` out by
+    size: each size frequent in the batch (at least `_MIN_GROUP_BINS` bins per block on
+    average; up to 15 of them) gets a code 1.., the other sizes share code 0 (sliced from one
+    flat list), and the bins are sorted by (block, code), stably. `lists()` then builds each
+    block group by group and puts the bins back in order with one `itemgetter`. Blocks stay
+    small: the lists of a block are alive together, and the cyclic GC, which traverses the
+    young lists, gets slow with many.
+    """
+
+    __slots__ = ("ends", "ids", "keys", "order", "size_of_code", "sizes")
+
+    def __init__(self, sizes: np.ndarray) -> None:
+        self.sizes = sizes  # ids per bin, in the layout's order
+        self.order: np.ndarray | None = None  # layout position -> bin of the batch
+        self.keys: np.ndarray | None = None  # (block, code) key of each layout position
+        self.size_of_code: list[int] = []
+        self.ids = np.empty(0, dtype=np.int64)  # flat, bin after bin in the layout's order
+        self.ends = np.empty(0, dtype=np.int64)  # end of each bin in `ids`
+
+    def group(self, block_keys: np.ndarray, scratch: Scratch) -> None:
+        sizes = self.sizes
+        num_bins = len(sizes)
+        counts = np.bincount(sizes)
+        block = min(_LIST_BINS, num_bins)
+        frequent = np.flatnonzero(counts * block >= _MIN_GROUP_BINS * num_bins)
+        frequent = frequent[: (1 << _SIZE_CODE_BITS) - 1]
+        if len(frequent) == 1 and counts[frequent[0]] == num_bins:
+            self.size_of_code = [int(frequent[0])]  # bins of one size: no reordering at all
+            return
+        if not len(frequent):
+            return
+        codes = np.zeros(len(counts), dtype=block_keys.dtype)
+        codes[frequent] = np.arange(1, len(frequent) + 1)
+        keys = codes.take(sizes, out=scratch.array("group.keys", num_bins, codes.dtype))
+        keys |= block_keys[:num_bins]
+        self.order = np.argsort(keys, kind="stable")
+        self.keys = keys.take(self.order, out=scratch.array("group.sorted", num_bins, keys.dtype))
+        self.sizes = sizes.take(self.order, out=scratch.array("group.sizes", num_bins, np.int64))
+        self.size_of_code = [0, *frequent.tolist()]
+
+    def lists(self, scratch: Scratch) -> Iterator[Sequence[list[int]]]:
+        """The bins as lists, in blocks of `_LIST_BINS`, in the batch's order."""
+        num_bins = len(self.ends)
+        if self.keys is not None and self.order is not None:
+            yield from self._grouped_lists(self.keys, self.order, scratch)
+        elif self.size_of_code:  # bins of one size
+            rows = self.ids.reshape(num_bins, self.size_of_code[0])
+            for first in range(0, num_bins, _LIST_BINS):
+                yield rows[first : first + _LIST_BINS].tolist()
+        else:
+            for first in range(0, num_bins, _LIST_BINS):
+                yield _sliced(self.ids, self.ends, first, min(first + _LIST_BINS, num_bins))
+
+    def _grouped_lists(
+        self, keys: np.ndarray, order: np.ndarray, scratch: Scratch
+    ) -> Iterator[Sequence[list[int]]]:
+        ids, ends = self.ids, self.ends
+        num_bins = len(ends)
+        # Where each bin of the batch is in its block's layout: < _LIST_BINS, so the ints come
+        # from Python's small-int cache (_LIST_BINS <= 256), nothing is allocated.
+        where = scratch.array("group.where", num_bins, np.intp)
+        where[order] = scratch.iota(num_bins)
+        where %= _LIST_BINS
+        cuts = np.flatnonzero(keys[1:] != keys[:-1]) + 1
+        group_first = [0, *cuts.tolist(), num_bins]
+        group_code = (keys.take(group_first[:-1]) & _SIZE_CODE_MASK).tolist()
+        group_ids = [0, *ends.take(cuts - 1).tolist(), int(ends[-1])]
+        size_of_code = self.size_of_code
+        group = 0
+        for first in range(0, num_bins, _LIST_BINS):
+            last = min(first + _LIST_BINS, num_bins)
+            rows: list[list[int]] = []
+            while group_first[group] < last:
+                size = size_of_code[group_code[group]]
+                a, b = group_ids[group], group_ids[group + 1]
+                if size:
+                    rows += ids[a:b].reshape(-1, size).tolist()
+                else:
+                    rows += _sliced(ids, ends, group_first[group], group_first[group + 1])
+                group += 1
+            if last - first > 1:
+                yield itemgetter(*where[first:last].tolist())(rows)
+            else:
+                yield rows
 
 
-def _width(n: int) -> int:
-    """Bits of the words a FeistelPermutation of size n works on."""
-    return (n - 1).bit_length() if n > 1 else 0
-
-
-def _split_rows(ids: np.ndarray, ends: np.ndarray, first: int, last: int) -> list[list[int]]:
-    """Bins first..last-1 of a batch as Python lists (`ends[k]`: end offset of bin k in `ids`)."""
-    block = ends[first:last]
-    if not len(block):
-        return []
-    begin = int(ends[first - 1]) if first > 0 else 0
-    sizes = np.diff(block, prepend=begin)
-    if sizes[0] == sizes.min() == sizes.max():  # bins of one size: numpy builds the lists
-        return ids[begin : int(block[-1])].reshape(len(block), int(sizes[0])).tolist()
-    bounds = block.tolist()
+def _sliced(ids: np.ndarray, ends: np.ndarray, first: int, last: int) -> list[list[int]]:
+    """Bins first..last-1 of a batch as lists, sliced from one flat list (`ends[k]`: end
+    offset of bin k in `ids`)."""
+    begin = int(ends[first - 1]) if first else 0
+    bounds = ends[first:last].tolist()
     flat = ids[begin : bounds[-1]].tolist()
     rows: list[list[int]] = []
     append = rows.append
@@ -487,9 +653,46 @@ def _split_rows(ids: np.ndarray, ends: np.ndarray, first: int, last: int) -> lis
     return rows
 
 
+def _bucket_table(bin_end: np.ndarray) -> tuple[int, np.ndarray]:
+    """(shift, table): table[b] is the template of every canonical bin j with j >> shift == b,
+    or -1 where bucket b straddles two templates."""
+    num_bins = int(bin_end[-1]) if len(bin_end) else 0
+    target = min(_MAX_BUCKETS, _BUCKETS_PER_TEMPLATE * max(1, len(bin_end)))
+    shift = max(0, (num_bins // target).bit_length() - 1) if num_bins else 0
+    first = np.arange(0, num_bins, 1 << shift, dtype=np.int64)
+    last = np.minimum(first + (1 << shift), num_bins) - 1
+    first_template = np.searchsorted(bin_end, first, side="right")
+    last_template = np.searchsorted(bin_end, last, side="right")
+    table = np.where(first_template == last_template, first_template, -1)
+    return shift, table.astype(np.int32 if len(bin_end) < 1 << 31 else np.int64)
+
+
+def _merge_small_pools(pools: list[np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
+    """(merged, offsets): copies of the first pools (the smallest: pools are ordered by width)
+    concatenated as int64, as many as fit in `_MERGED_POOL_IDS` ids, and where each starts.
+
+    Reading a pool costs one numpy call (~1-2 us) per batch, however few ids the batch takes
+    from it; in a long-tailed length distribution thousands of pools give a batch a handful of
+    ids each. Copying them once (a bounded amount of memory, whatever the pool sizes) lets one
+    `take` read them all. Nothing is copied unless at least `_MIN_MERGED_POOLS` pools fit.
+    """
+    sizes = np.array([len(pool) for pool in pools], dtype=np.int64)
+    num = int(np.searchsorted(np.cumsum(sizes), _MERGED_POOL_IDS, side="right"))
+    if num < _MIN_MERGED_POOLS:
+        return np.empty(0, dtype=np.int64), np.empty(0, dtype=np.int64)
+    merged = np.concatenate([np.asarray(pool, dtype=np.int64) for pool in pools[:num]])
+    offsets = np.cumsum(sizes[:num]) - sizes[:num]
+    return merged, offsets
+
+
+def _width(n: int) -> int:
+    """Bits of the words a FeistelPermutation of size n works on."""
+    return (n - 1).bit_length() if n > 1 else 0
+
+
 def materialize_epoch(
     templates: Any,
-    pools: Mapping[int, Any],
+    length_to_indices: Mapping[int, Any],
     seed: int | None = None,
     *,
     rank: int = 0,
@@ -499,8 +702,12 @@ def materialize_epoch(
 ) -> Iterator[list[int]]:
     """Yield the concrete bins (lists of ids) of one epoch: `EpochPlan(...).iter(start)`.
 
-    The reference signature, plus sharding (`rank`, `world_size`, `drop_last`) and resume
-    (`start`). Arguments are validated at the call, not at the first `next()`.
+    The reference signature, `materialize_epoch(templates, length_to_indices, seed=None)`
+    (`length_to_indices`: length -> ids of that length, the pools of an `EpochPlan`), plus
+    sharding (`rank`, `world_size`, `drop_last`) and resume (`start`). Arguments are validated
+    at the call, not at the first `next()`.
     """
-    plan = EpochPlan(templates, pools, seed, rank=rank, world_size=world_size, drop_last=drop_last)
+    plan = EpochPlan(
+        templates, length_to_indices, seed, rank=rank, world_size=world_size, drop_last=drop_last
+    )
     return plan.iter(start)

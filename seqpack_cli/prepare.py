@@ -17,7 +17,7 @@ import sys
 import time
 from collections import Counter
 from collections.abc import Mapping, Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -236,6 +236,7 @@ def prepare_dataset(config: PrepareConfig, *, progress: ProgressCallback | None 
                 time.perf_counter() - started,
             )
             kept, num_over = _split_over_cap(histogram, config)
+            writer.create_pool_files(kept)
             templates = _pack(kept, config)
             stats = PackingStats.from_templates(templates, config.max_seq_len)
             logger.info(
@@ -268,14 +269,6 @@ def prepare_dataset(config: PrepareConfig, *, progress: ProgressCallback | None 
     return load_prepared(output)
 
 
-def config_dict(config: PrepareConfig) -> dict[str, Any]:
-    """The config as JSON-safe values (for `--json` output and logs)."""
-    values = asdict(config)
-    values["inputs"] = list(config.inputs)
-    values["output"] = os.fspath(config.output)
-    return values
-
-
 def main(argv: Sequence[str] | None = None) -> None:
     """`python -m seqpack_cli.prepare`: the reference's `--input FILE` form of `seqpack prepare`."""
     import argparse
@@ -286,7 +279,13 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument("--input", action="append", nargs="+", default=[])
     known, rest = parser.parse_known_args(list(sys.argv[1:] if argv is None else argv))
     inputs = [path for group in known.input for path in group]
-    app(["prepare", *inputs, *rest], prog_name="python -m seqpack_cli.prepare")
+    if "--help" in rest:
+        print(
+            "Usage: python -m seqpack_cli.prepare --input FILE [--input FILE...] "
+            "--length-column NAME --max-seq-len N --output DIR [OPTIONS]\n"
+            "The reference's spelling of `seqpack prepare`; every option below applies.\n"
+        )
+    app(["prepare", *inputs, *rest], prog_name="seqpack")
 
 
 if __name__ == "__main__":

@@ -16,7 +16,6 @@ for strings) or on a numpy random stream.
 from __future__ import annotations
 
 import hashlib
-import itertools
 import operator
 import struct
 from collections.abc import Sequence
@@ -46,11 +45,20 @@ _SHUFFLE_TAG = 0x5EED_5_4FF1E
 # the Feistel round function.
 _MIX_1 = 0xBF58476D1CE4E5B9
 _MIX_2 = 0x94D049BB133111EB
-_NP_MIX_1 = np.uint64(_MIX_1)
-_NP_MIX_2 = np.uint64(_MIX_2)
-_NP_30 = np.uint64(30)
-_NP_27 = np.uint64(27)
-_NP_31 = np.uint64(31)
+
+
+def _u64(value: int) -> np.ndarray:
+    """`value` as a 0-d uint64 array. The kernels below pass their constants to ufuncs as 0-d
+    arrays: numpy takes them in ~0.45 us per call, a numpy scalar in ~0.7-1.1 us (it is converted
+    on every call), and a Feistel pass makes ~64 ufunc calls per slice of words."""
+    return np.array(value, dtype=np.uint64)
+
+
+_NP_MIX_1 = _u64(_MIX_1)
+_NP_MIX_2 = _u64(_MIX_2)
+_NP_30 = _u64(30)
+_NP_27 = _u64(27)
+_NP_31 = _u64(31)
 
 # Luby-Rackoff: 4 rounds of a pseudo-random function give a strong pseudo-random permutation.
 # Words under 8 bits (permutations of at most 128 elements) get 8 rounds: with halves of a few
@@ -64,7 +72,7 @@ SMALL_WIDTH = 8
 # Round r xors C_r into the key (multiples of the 64-bit golden ratio: every bit differs between
 # rounds), so one key per permutation serves all rounds.
 _ROUND_CONSTANTS = [((r + 1) * 0x9E3779B97F4A7C15) & _MASK64 for r in range(NUM_ROUNDS_SMALL)]
-_NP_ROUND_CONSTANTS = [np.uint64(c) for c in _ROUND_CONSTANTS]
+_NP_ROUND_CONSTANTS = [_u64(c) for c in _ROUND_CONSTANTS]
 # Words per kernel slice: 4 buffers of 16 Ki words (512 KiB) stay in a 1-2 MiB L2 cache, and
 # the per-call overhead of numpy (~60 calls per slice) stays small against the work.
 _KERNEL_SLICE = 1 << 14
@@ -167,6 +175,40 @@ def _num_rounds(width: int) -> int:
     return NUM_ROUNDS_SMALL if width < SMALL_WIDTH else NUM_ROUNDS
 
 
+class Scratch:
+    """Work arrays reused from call to call, by name (an internal helper of the vectorised
+    paths here and in `epoch`).
+
+    A batch of an epoch goes through a few dozen arrays of its size; allocated afresh each
+    time, glibc returns their memory to the OS at each batch and faults it back in at the next
+    (measured: a quarter of the time of an epoch over memory-mapped pools). One Scratch per
+    iteration keeps them: memory is that of the largest batch, held while the iteration lives.
+    """
+
+    __slots__ = ("_arrays",)
+
+    def __init__(self) -> None:
+        self._arrays: dict[str, np.ndarray] = {}
+
+    def array(self, name: str, size: int, dtype: Any) -> np.ndarray:
+        """An uninitialised 1-d array of `size` elements: the memory of the last array of this
+        name when it is large enough. Valid until the next call with the same name."""
+        array = self._arrays.get(name)
+        if array is None or array.dtype != dtype or len(array) < size:
+            array = np.empty(size, dtype=dtype)
+            self._arrays[name] = array
+        return array[:size]
+
+    def iota(self, size: int) -> np.ndarray:
+        """`np.arange(size)` (int64), read-only: never write to it."""
+        array = self._arrays.get("iota")
+        if array is None or len(array) < size:
+            array = np.arange(size, dtype=np.int64)
+            array.flags.writeable = False
+            self._arrays["iota"] = array
+        return array[:size]
+
+
 def _feistel_inplace(
     x: np.ndarray,
     rounds: int,
@@ -175,45 +217,65 @@ def _feistel_inplace(
     left_mask: Any,
     right_mask: Any,
     key: Any,
+    scratch: Scratch | None = None,
 ) -> None:
     """Run `rounds` Feistel rounds on the uint64 words of the 1-d array `x`, in place.
 
-    Each other parameter is a numpy uint64 scalar or an array shaped like `x` (one value per
-    element). A round maps (L, R) -> (R, L xor F_r(R)), L the high `la` bits and R the low `lb`
-    bits of the word; the halves swap sizes every round, which keeps each round a bijection when
-    the width is odd. F_r(R) = splitmix64(R xor key xor C_r), cut to `la` bits. The work runs in
-    slices of `_KERNEL_SLICE` words with three reused scratch buffers, so the ~60 array
-    operations per slice stay in the L2 cache.
+    Each other parameter is a uint64 scalar (a 0-d array, or a numpy scalar) or a 1-d array
+    shaped like `x` (one value per element). A round maps (L, R) -> (R, L xor F_r(R)), L the high
+    `la` bits and R the low `lb` bits of the word; the halves swap sizes every round, which keeps
+    each round a bijection when the width is odd. F_r(R) = splitmix64(R xor key xor C_r), cut to
+    the bits of L.
+
+    The halves are kept in two arrays for all the rounds (split once, joined once), so a round is
+    11 array operations (12 with a per-element key) instead of the 16 of packing and unpacking
+    words every round. The work runs in slices of `_KERNEL_SLICE` words with three reused
+    scratch buffers, so the operations stay in the L2 cache.
     """
-    size = min(len(x), _KERNEL_SLICE)
-    buffers = (np.empty(size, np.uint64), np.empty(size, np.uint64), np.empty(size, np.uint64))
     params = (left_bits, right_bits, left_mask, right_mask, key)
+    per_element = [np.ndim(p) == 1 for p in params]
+    round_keys = None if per_element[4] else [_u64(int(key) ^ c) for c in _ROUND_CONSTANTS]
+    size = min(len(x), _KERNEL_SLICE)
+    scratch = scratch or Scratch()
+    buffers = [scratch.array(f"feistel.{i}", size, np.uint64) for i in range(3)]
     for first in range(0, len(x), _KERNEL_SLICE):
         words = x[first : first + _KERNEL_SLICE]
         n = len(words)
         la, lb, ma, mb, k = (
-            p[first : first + n] if isinstance(p, np.ndarray) else p for p in params
+            p[first : first + n] if sliced else p
+            for p, sliced in zip(params, per_element, strict=True)
         )
-        left, f, scratch = (buffer[:n] for buffer in buffers)
-        halves = ((la, lb, ma, mb), (lb, la, mb, ma))
+        high, f, shifted = (buffer[:n] for buffer in buffers)
+        np.right_shift(words, lb, out=high)
+        low = np.bitwise_and(words, mb, out=words)
+        # Round r cuts F to the bits of the current high half: la bits in even rounds, lb in
+        # odd ones (the halves trade places every round).
+        masks = (ma, mb)
         for number in range(rounds):
-            a_bits, b_bits, a_mask, b_mask = halves[number & 1]
-            np.right_shift(words, b_bits, out=left)
-            np.bitwise_and(words, b_mask, out=words)
-            np.bitwise_xor(words, k, out=f)
-            f ^= _NP_ROUND_CONSTANTS[number]
-            np.right_shift(f, _NP_30, out=scratch)
-            f ^= scratch
+            if round_keys is None:
+                np.bitwise_xor(low, k, out=f)
+                f ^= _NP_ROUND_CONSTANTS[number]
+            else:
+                np.bitwise_xor(low, round_keys[number], out=f)
+            np.right_shift(f, _NP_30, out=shifted)
+            f ^= shifted
             f *= _NP_MIX_1
-            np.right_shift(f, _NP_27, out=scratch)
-            f ^= scratch
+            np.right_shift(f, _NP_27, out=shifted)
+            f ^= shifted
             f *= _NP_MIX_2
-            np.right_shift(f, _NP_31, out=scratch)
-            f ^= scratch
-            f &= a_mask
-            f ^= left
-            np.left_shift(words, a_bits, out=words)
-            words |= f
+            np.right_shift(f, _NP_31, out=shifted)
+            f ^= shifted
+            f &= masks[number & 1]
+            high ^= f
+            high, low = low, high
+        # The low half has lb bits after an even number of rounds, la after an odd one.
+        low_bits = lb if rounds % 2 == 0 else la
+        if low is words:
+            np.left_shift(high, low_bits, out=high)
+            words |= high
+        else:
+            np.left_shift(words, low_bits, out=words)
+            words |= low
 
 
 def _feistel_scalar(x: int, left_bits: int, right_bits: int, key: int) -> int:
@@ -232,17 +294,25 @@ def _feistel_scalar(x: int, left_bits: int, right_bits: int, key: int) -> int:
     return x
 
 
-def _scalar_params(width: int) -> tuple[int, Any, Any, Any, Any]:
-    """(rounds, left_bits, right_bits, left_mask, right_mask) of a word width, as numpy scalars."""
-    left_bits = width // 2
-    right_bits = width - left_bits
-    return (
-        _num_rounds(width),
-        np.uint64(left_bits),
-        np.uint64(right_bits),
-        np.uint64((1 << left_bits) - 1),
-        np.uint64((1 << right_bits) - 1),
-    )
+def _scalar_params(width: int) -> tuple[int, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """(rounds, left_bits, right_bits, left_mask, right_mask) of a word width, the last four as
+    0-d uint64 arrays (shared: never modify them)."""
+    params = _PARAMS_BY_WIDTH.get(width)
+    if params is None:
+        left_bits = width // 2
+        right_bits = width - left_bits
+        params = (
+            _num_rounds(width),
+            _u64(left_bits),
+            _u64(right_bits),
+            _u64((1 << left_bits) - 1),
+            _u64((1 << right_bits) - 1),
+        )
+        _PARAMS_BY_WIDTH[width] = params
+    return params
+
+
+_PARAMS_BY_WIDTH: dict[int, tuple[int, np.ndarray, np.ndarray, np.ndarray, np.ndarray]] = {}
 
 
 class FeistelPermutation:
@@ -285,7 +355,7 @@ class FeistelPermutation:
         self._left_bits = width // 2
         self._right_bits = width - self._left_bits
         self._key = _feistel_key(n, self.seed)
-        self._np = (*_scalar_params(width), np.uint64(self._key))
+        self._np = (*_scalar_params(width), _u64(self._key))
 
     def __len__(self) -> int:
         return self.n
@@ -331,14 +401,14 @@ class FeistelPermutation:
         self.permute_inplace(words)
         return words.view(np.int64).reshape(values.shape)
 
-    def permute_inplace(self, x: np.ndarray) -> None:
+    def permute_inplace(self, x: np.ndarray, scratch: Scratch | None = None) -> None:
         """Replace each word of the 1-d uint64 array `x` by its image, in place (no checks:
         the caller guarantees 0 <= x[i] < n). The fast path under `take`."""
-        _feistel_inplace(x, *self._np)
+        _feistel_inplace(x, *self._np, scratch)
         walking = np.flatnonzero(x >= self.n)
         while walking.size:
             again = x[walking]
-            _feistel_inplace(again, *self._np)
+            _feistel_inplace(again, *self._np, scratch)
             x[walking] = again
             walking = walking[again >= self.n]
 
@@ -349,13 +419,25 @@ class FeistelFamily:
     `family.take(members, indices)[i] == perms[members[i]][indices[i]]`. An epoch draws ids from
     thousands of pools at once, so the cost must not grow with the number of distinct
     permutations in a batch. Elements are put in order of word width (free when the perms are
-    ordered by width and the members sorted, as an EpochPlan does; one sort otherwise); the first
-    pass runs per run of equal width (at most 64 runs), with scalar shifts and masks and only the
-    key looked up per element; cycle walking then runs on all the elements still out of range at
-    once, with per-element parameters.
+    ordered by width and the members sorted, as an EpochPlan does; one sort otherwise). Each pass
+    (the first, then each round of cycle walking on the elements still out of range) runs the
+    network once per run of equal width (at most 64 runs) with scalar shifts and masks and only
+    the key looked up per element; runs too short to amortise the ~60 array operations of a pass
+    share one pass with per-element shifts and masks.
     """
 
-    __slots__ = ("_key", "_left_bits", "_left_mask", "_n", "_right_bits", "_right_mask", "_width")
+    __slots__ = (
+        "_by_width",
+        "_key",
+        "_left_bits",
+        "_left_mask",
+        "_n",
+        "_right_bits",
+        "_right_mask",
+        "_run_first",
+        "_run_width",
+        "_width",
+    )
 
     def __init__(self, perms: Sequence[FeistelPermutation]) -> None:
         self._n = np.array([p.n for p in perms], dtype=np.uint64)
@@ -365,6 +447,13 @@ class FeistelFamily:
         self._right_bits = np.array([p._right_bits for p in perms], dtype=np.uint64)
         self._left_mask = (np.uint64(1) << self._left_bits) - np.uint64(1)
         self._right_mask = (np.uint64(1) << self._right_bits) - np.uint64(1)
+        # Members grouped by width, for `permute_grouped`: run r is members
+        # [_run_first[r], _run_first[r + 1]), all of width _run_width[r].
+        widths = self._width.astype(np.int64)
+        self._by_width = bool(len(widths) < 2 or (widths[1:] >= widths[:-1]).all())
+        first = [0, *(np.flatnonzero(widths[1:] != widths[:-1]) + 1).tolist()]
+        self._run_first = [*first, len(widths)] if len(widths) else [0]
+        self._run_width = widths[first].tolist() if len(widths) else []
 
     def __len__(self) -> int:
         return len(self._n)
@@ -382,35 +471,122 @@ class FeistelFamily:
     def permute_inplace(self, members: np.ndarray, x: np.ndarray) -> None:
         """`take` without the copy: permutes the 1-d uint64 array `x` in place."""
         members = np.asarray(members).astype(np.intp, copy=False)
-        widths = self._width.take(members)
-        if len(widths) > 1 and not (widths[1:] >= widths[:-1]).all():
-            order = np.argsort(widths, kind="stable")
-            grouped = x[order]
-            self.permute_inplace(members[order], grouped)
-            x[order] = grouped
+        if not len(members):
             return
-        keys = self._key.take(members)
-        cuts = np.flatnonzero(widths[1:] != widths[:-1]) + 1
-        bounds = [0, *cuts.tolist(), len(x)]
-        for a, b in itertools.pairwise(bounds):
-            _feistel_inplace(x[a:b], *_scalar_params(int(widths[a])), keys[a:b])
-        # Cycle walking: words at or beyond their permutation's size go round again. Widths are
-        # ascending, so the words that take the small-width round count come first.
-        sizes = self._n.take(members)
-        walking = np.flatnonzero(x >= sizes)
-        while walking.size:
-            again = x[walking]
-            which = members[walking]
-            params = (
-                self._left_bits.take(which),
-                self._right_bits.take(which),
-                self._left_mask.take(which),
-                self._right_mask.take(which),
-                keys[walking],
+        if self._by_width and (len(members) < 2 or (members[1:] >= members[:-1]).all()):
+            starts = np.searchsorted(members, np.arange(len(self) + 1))
+            self.permute_grouped(x, members, starts)
+            return
+        widths = self._width.take(members)
+        order = np.argsort(widths, kind="stable")
+        grouped = x[order]
+        keys = self._key.take(members[order])
+        run_widths, run_bounds = _runs(widths[order])
+        sizes = self._n.take(members[order])
+        _permute_walking(grouped, keys, sizes, run_widths, run_bounds, Scratch())
+        x[order] = grouped
+
+    def permute_grouped(
+        self,
+        x: np.ndarray,
+        members: np.ndarray,
+        starts: Sequence[int] | np.ndarray,
+        scratch: Scratch | None = None,
+    ) -> None:
+        """Permute the 1-d uint64 array `x` in place, word i by permutation `members[i]`, where
+        the words come member after member: `members` is sorted and member m's words are
+        `x[starts[m]:starts[m + 1]]` (`len(starts) == len(family) + 1`). The hot path of an
+        epoch: no sort, no per-element look-up of widths, work arrays from `scratch`.
+
+        The family's permutations must be ordered by width (as an EpochPlan orders them); no
+        range checks.
+        """
+        if not self._by_width:
+            raise ValueError("permute_grouped needs a family ordered by width")
+        scratch = scratch or Scratch()
+        n = len(x)
+        keys = self._key.take(members, out=scratch.array("family.keys", n, np.uint64))
+        sizes = self._n.take(members, out=scratch.array("family.sizes", n, np.uint64))
+        bounds = [int(starts[m]) for m in self._run_first]
+        _permute_walking(x, keys, sizes, self._run_width, bounds, scratch)
+
+
+# A width run shorter than this shares one per-element-parameter pass with the other short runs:
+# ~60 array operations per pass cost ~30 us whatever the run's length.
+_MIN_SCALAR_RUN = 2048
+
+
+def _runs(widths: np.ndarray) -> tuple[list[int], list[int]]:
+    """Runs of equal values of a sorted array: (value of each run, [0, end of each run])."""
+    cuts = np.flatnonzero(widths[1:] != widths[:-1]) + 1
+    bounds = [0, *cuts.tolist(), len(widths)]
+    return widths[bounds[:-1]].astype(np.int64).tolist(), bounds
+
+
+def _permute_walking(
+    x: np.ndarray,
+    keys: np.ndarray,
+    sizes: np.ndarray,
+    widths: list[int],
+    bounds: list[int],
+    scratch: Scratch,
+) -> None:
+    """Permute the uint64 words `x` in place: word i by the permutation of size `sizes[i]` and
+    key `keys[i]`, with cycle walking. The words come in runs of equal width:
+    `x[bounds[r]:bounds[r + 1]]` has width `widths[r]` (ascending)."""
+    _network_by_runs(x, keys, widths, bounds, scratch)
+    out_of_range = np.greater_equal(x, sizes, out=scratch.array("walk.mask", len(x), np.bool_))
+    walking = np.flatnonzero(out_of_range)
+    while walking.size:
+        again = x.take(walking, out=scratch.array("walk.words", len(walking), np.uint64))
+        # `walking` is ascending, so each width run's walkers stay one run.
+        walking_bounds = np.searchsorted(walking, bounds).tolist()
+        walking_keys = keys.take(walking, out=scratch.array("walk.keys", len(walking), np.uint64))
+        _network_by_runs(again, walking_keys, widths, walking_bounds, scratch)
+        x[walking] = again
+        walking_sizes = sizes.take(walking, out=walking_keys)
+        walking = walking[again >= walking_sizes]
+
+
+def _network_by_runs(
+    x: np.ndarray, keys: np.ndarray, widths: list[int], bounds: list[int], scratch: Scratch
+) -> None:
+    """One pass of the network over each run of equal width of `x` (see `_permute_walking`):
+    long runs with scalar shifts and masks, the short ones together with per-element ones."""
+    short: list[int] = []
+    for run, width in enumerate(widths):
+        a, b = bounds[run], bounds[run + 1]
+        if b - a >= _MIN_SCALAR_RUN:
+            _feistel_inplace(x[a:b], *_scalar_params(width), keys[a:b], scratch)
+        elif b > a:
+            short.append(run)
+    if not short:
+        return
+    lengths = [bounds[run + 1] - bounds[run] for run in short]
+    index = np.repeat(np.array([bounds[run] for run in short], dtype=np.intp), lengths)
+    index += np.arange(len(index)) - np.repeat(np.cumsum([0, *lengths[:-1]]), lengths)
+    run_widths = np.array([widths[run] for run in short], dtype=np.uint64)
+    left_bits = run_widths // np.uint64(2)
+    right_bits = run_widths - left_bits
+    params = [
+        np.repeat(p, lengths)
+        for p in (
+            left_bits,
+            right_bits,
+            (np.uint64(1) << left_bits) - np.uint64(1),
+            (np.uint64(1) << right_bits) - np.uint64(1),
+        )
+    ]
+    words = x[index]
+    word_keys = keys[index]
+    # Widths ascend, so the words that take the small-width round count come first.
+    small = sum(
+        length for run, length in zip(short, lengths, strict=True) if widths[run] < SMALL_WIDTH
+    )
+    for rounds, a, b in ((NUM_ROUNDS_SMALL, 0, small), (NUM_ROUNDS, small, len(words))):
+        if a < b:
+            left, right, left_mask, right_mask = (p[a:b] for p in params)
+            _feistel_inplace(
+                words[a:b], rounds, left, right, left_mask, right_mask, word_keys[a:b], scratch
             )
-            small = int(np.searchsorted(widths[walking], SMALL_WIDTH))
-            for rounds, a, b in ((NUM_ROUNDS_SMALL, 0, small), (NUM_ROUNDS, small, len(again))):
-                if a < b:
-                    _feistel_inplace(again[a:b], rounds, *(p[a:b] for p in params))
-            x[walking] = again
-            walking = walking[again >= sizes[walking]]
+    x[index] = words

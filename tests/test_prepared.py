@@ -18,7 +18,7 @@ import numpy as np
 import pytest
 from conftest import ParquetDataset
 
-from seqpack_cli.errors import ConfigError, PreparedFormatError
+from seqpack_cli.errors import ConfigError, InputError, PreparedFormatError
 from seqpack_cli.prepared import (
     FORMAT_VERSION,
     Prepared,
@@ -110,6 +110,18 @@ def test_manifest_records_every_file_with_size_and_sha256(tmp_path: Path) -> Non
     for name, entry in files.items():
         data = (path / name).read_bytes()
         assert entry == {"bytes": len(data), "sha256": hashlib.sha256(data).hexdigest()}
+
+
+def test_write_prepared_refuses_pools_that_disagree_with_counts(tmp_path: Path) -> None:
+    with pytest.raises(InputError, match=r"pool for length 5 holds 2 ids but counts says 3"):
+        write_prepared(
+            tmp_path / "out",
+            counts=COUNTS,
+            templates=TEMPLATES,
+            pools={**POOLS, 5: [1, 2]},
+            manifest={"config": {"max_seq_len": 10}},
+        )
+    assert not (tmp_path / "out").exists()
 
 
 @pytest.mark.parametrize("count", [0, 1, 9, 10, 12345, 10**15])
@@ -267,6 +279,28 @@ def test_overwrite_rules(tmp_path: Path) -> None:
         _write(tmp_path / "a_file", overwrite=True)
     with pytest.raises(ConfigError, match="is a file, not a directory"):
         _write(tmp_path / "a_file" / "below")
+
+
+def test_an_output_created_meanwhile_is_not_replaced_without_overwrite(tmp_path: Path) -> None:
+    output = tmp_path / "out"
+    with pytest.raises(ConfigError, match="already exists"), PreparedWriter(output) as writer:
+        _write(output)  # another run finished first
+        writer.commit({"format_version": FORMAT_VERSION, "config": {"max_seq_len": 10}})
+    assert load_prepared(output).counts == COUNTS  # the other run's output is intact
+    assert _siblings(output) == []
+
+
+def test_loading_imports_no_heavy_module() -> None:
+    # Training code pays only for what it uses: the reference's import path stays light.
+    script = (
+        "import sys\n"
+        "from seqpack_cli.prepare import load_prepared\n"
+        "print(sorted(m for m in ('duckdb', 'pyarrow', 'polars', 'typer', 'rich', 'torch')"
+        " if m in sys.modules))"
+    )
+    result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip() == "[]"
 
 
 def test_thousands_of_pools_load_under_a_1024_open_files_limit(tmp_path: Path) -> None:

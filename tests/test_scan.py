@@ -232,14 +232,14 @@ def test_pools_leave_out_lengths_over_the_cap(
 @given(
     lengths=st.lists(st.integers(1, 9), min_size=1, max_size=60),
     cut=st.integers(0, 60),
-    sparse=st.booleans(),
+    step=st.sampled_from([3, 2**26, 2**40]),
     seed=st.integers(0, 2**16),
 )
-def test_pools_property(tmp_path_factory, lengths, cut, sparse, seed) -> None:
+def test_pools_property(tmp_path_factory, lengths, cut, step, seed) -> None:
     tmp_path = tmp_path_factory.mktemp("prop")
     rng = np.random.default_rng(seed)
     num = len(lengths)
-    step = 2**40 if sparse else 3  # sparse ids take the hashed-bitmap duplicate check
+    # The id spacing picks the duplicate check: a byte map, an exact bitmap, a hashed bitmap.
     ids = rng.permutation(num).astype(np.int64) * step - 7
     cut = min(cut, num)
     array = np.array(lengths, dtype=np.int64)
@@ -252,6 +252,28 @@ def test_pools_property(tmp_path_factory, lengths, cut, sparse, seed) -> None:
         files, counts, id_column="doc_id", tmp_path=tmp_path, workers=1 + seed % 2
     )
     _assert_pools_equal(pools, {x: np.sort(ids[array == x]) for x in counts})
+
+
+def test_units_keep_big_pools_alone(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(scan, "_UNIT_IDS", 10)
+    monkeypatch.setattr(scan, "_MAX_SORT_IDS", 20)
+    # Pool sizes 3, 4, 30 (big), 5, 6, 2, 25 (big), 1: big pools get units of their own, the
+    # others are grouped until a unit reaches 10 ids.
+    layout = scan._Layout(
+        {length: size for length, size in enumerate([3, 4, 30, 5, 6, 2, 25, 1], 1)}
+    )
+    assert layout.units() == [(0, 2), (2, 3), (3, 5), (5, 6), (6, 7), (7, 8)]
+
+
+@pytest.mark.parametrize("offset", [0, -(2**62), 2**62], ids=["small", "negative", "large"])
+@pytest.mark.parametrize("spread", [1, 2**33], ids=["32-bit keys", "64-bit keys"])
+def test_sort_pools_sorts_only_what_needs_it(offset: int, spread: int) -> None:
+    # Pools [5 7 9] (ascending), [3] (single), [8 2 4] (not), [1 6] (ascending; the drop from 4
+    # to 1 sits on a pool boundary, which is not disorder).
+    values = np.array([5, 7, 9, 3, 8, 2, 4, 1, 6]) * spread + offset
+    scan._sort_pools(values, np.array([0, 3, 4, 7, 9]))
+    expected = np.array([5, 7, 9, 3, 2, 4, 8, 1, 6]) * spread + offset
+    np.testing.assert_array_equal(values, expected)
 
 
 def test_merged_runs_sorts_a_pool_larger_than_memory_runs(
@@ -277,7 +299,7 @@ def test_null_ids_are_refused_with_count_and_first_row(tmp_path: Path) -> None:
         _scan_pools(files, {3: 2, 4: 2, 5: 1}, id_column="doc_id", tmp_path=tmp_path)
 
 
-@pytest.mark.parametrize("step", [1, 2**40], ids=["dense", "sparse"])
+@pytest.mark.parametrize("step", [1, 2**26, 2**40], ids=["bytemap", "bitmap", "hashed"])
 def test_duplicate_ids_are_refused_with_count_and_example(tmp_path: Path, step: int) -> None:
     # id 2*step occurs in two pools (lengths 3 and 5) and in two files; 4*step occurs 3 times.
     write_parquet(
@@ -301,7 +323,7 @@ def test_sparse_duplicate_check_survives_hash_collisions(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     # A 2**4-bit bitmap makes almost every id a candidate; DuckDB then clears them all.
-    monkeypatch.setattr(scan._SparseIdCheck, "bits_log2", 4)
+    monkeypatch.setattr(scan._BitmapIdCheck, "max_bits_log2", 4)
     ids = np.arange(200, dtype=np.int64) * 2**40
     path = write_parquet(
         tmp_path / "a.parquet", {"num_tokens": np.arange(200) % 5 + 1, "doc_id": ids}
@@ -315,8 +337,8 @@ def test_sparse_duplicate_check_survives_hash_collisions(
 def test_sparse_duplicate_check_falls_back_to_duckdb_past_the_candidate_cap(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(scan._SparseIdCheck, "bits_log2", 4)
-    monkeypatch.setattr(scan._SparseIdCheck, "max_candidates", 3)
+    monkeypatch.setattr(scan._BitmapIdCheck, "max_bits_log2", 4)
+    monkeypatch.setattr(scan._BitmapIdCheck, "max_candidates", 3)
     ids = np.arange(100, dtype=np.int64) * 2**40
     ids[50] = ids[10]
     path = write_parquet(tmp_path / "a.parquet", {"num_tokens": np.full(100, 4), "doc_id": ids})

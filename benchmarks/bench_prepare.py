@@ -1,0 +1,196 @@
+"""How fast is `seqpack prepare`, against DuckDB reading the same columns?
+
+For each size: parquet files (~8k distinct lengths, shuffled unique ids) generated once into a
+cache folder, written in row groups so generation stays bounded in memory. Then, in one run:
+
+- DuckDB's own time to read the columns prepare needs (`SELECT sum(len), sum(id)`), best of 3;
+- `seqpack prepare` end to end, run as the installed command in a subprocess whose peak RSS
+  (ru_maxrss from wait4) is reported (with --repeat, the fastest run and the largest peak);
+- the histogram pass alone against DuckDB's scan of the length column.
+
+Targets: prepare within 6x DuckDB's read, peak RSS under 1 GiB at every size.
+
+    python benchmarks/bench_prepare.py                 # 1e7 and 1e8 rows
+    python benchmarks/bench_prepare.py --rows 1e7      # one size
+    python benchmarks/bench_prepare.py --quick         # 1e6 rows, a smoke test
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import os
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import duckdb
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from seqpack_cli.scan import connect, inspect_inputs, length_histogram, resolve_inputs
+
+MAX_SEQ_LEN = 8192
+ROW_GROUP = 1 << 20
+TARGET_RATIO = 6.0
+TARGET_RSS_MIB = 1024
+
+
+def generate(folder: Path, num_rows: int, num_files: int, seed: int = 0) -> list[Path]:
+    """Write `num_rows` rows (doc_id, num_tokens) over `num_files` files, once (cached)."""
+    marker = folder / ".complete"
+    if marker.exists():
+        return sorted(folder.glob("*.parquet"))
+    shutil.rmtree(folder, ignore_errors=True)
+    folder.mkdir(parents=True)
+    rng = np.random.default_rng(seed)
+    # Shuffled unique ids without a permutation array in memory: i -> (a*i + b) mod n is a
+    # bijection on [0, n) when gcd(a, n) == 1.
+    multiplier = 2_654_435_761
+    while math.gcd(multiplier, num_rows) != 1:
+        multiplier += 2
+    schema = pa.schema([("doc_id", pa.int64()), ("num_tokens", pa.int32())])
+    bounds = np.linspace(0, num_rows, num_files + 1).astype(np.int64)
+    for number in range(num_files):
+        with pq.ParquetWriter(folder / f"part-{number:03d}.parquet", schema) as writer:
+            for start in range(int(bounds[number]), int(bounds[number + 1]), ROW_GROUP):
+                stop = min(start + ROW_GROUP, int(bounds[number + 1]))
+                index = np.arange(start, stop, dtype=np.int64)
+                ids = (index * multiplier + 12_345) % num_rows
+                # SFT-like body plus a long tail: every length 1..8192 occurs at these sizes.
+                lengths = np.clip(rng.lognormal(6.2, 1.1, stop - start), 1, MAX_SEQ_LEN)
+                table = pa.table({"doc_id": ids, "num_tokens": lengths.astype(np.int32)}, schema)
+                writer.write_table(table, row_group_size=ROW_GROUP)
+    marker.touch()
+    return sorted(folder.glob("*.parquet"))
+
+
+def best_of(runs: int, function) -> float:
+    times = []
+    for _ in range(runs):
+        started = time.perf_counter()
+        function()
+        times.append(time.perf_counter() - started)
+    return min(times)
+
+
+def duckdb_read(paths: list[Path], columns: str, threads: int | None) -> float:
+    con = duckdb.connect(config={"threads": threads} if threads else {})
+    sql = f"SELECT {columns} FROM read_parquet($paths)"
+    params = {"paths": [p.as_posix() for p in paths]}
+    seconds = best_of(3, lambda: con.sql(sql, params=params).fetchall())
+    con.close()
+    return seconds
+
+
+def histogram_time(paths: list[Path], threads: int | None) -> tuple[float, int]:
+    files = inspect_inputs(paths, "num_tokens")
+    con = connect(threads=threads)
+    result: dict[int, int] = {}
+
+    def run() -> None:
+        result.update(length_histogram(con, files, "num_tokens"))
+
+    seconds = best_of(3, run)
+    con.close()
+    return seconds, len(result)
+
+
+def prepare_run(folder: Path, output: Path, threads: int | None) -> tuple[float, float]:
+    """Wall seconds and peak RSS (MiB) of `seqpack prepare` in its own process."""
+    command = [
+        str(Path(sys.executable).parent / "seqpack"), "prepare", str(folder),
+        "--length-column", "num_tokens", "--id-column", "doc_id",
+        "--max-seq-len", str(MAX_SEQ_LEN), "--output", str(output), "--quiet",
+    ]  # fmt: skip
+    if threads:
+        command += ["--threads", str(threads)]
+    started = time.perf_counter()
+    process = subprocess.Popen(command)
+    _, status, usage = os.wait4(process.pid, 0)
+    seconds = time.perf_counter() - started
+    process.returncode = os.waitstatus_to_exitcode(status)
+    if process.returncode:
+        raise SystemExit(f"prepare failed with exit code {process.returncode}")
+    return seconds, usage.ru_maxrss / 1024  # Linux reports KiB
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--rows", nargs="+", type=float, default=[1e7, 1e8])
+    parser.add_argument("--quick", action="store_true", help="1e6 rows only")
+    parser.add_argument("--files", type=int, default=8, help="parquet files per dataset")
+    parser.add_argument("--cache", type=Path, default=Path("/tmp/seqpack_bench"))
+    parser.add_argument(
+        "--output", type=Path, help="folder for the prepared dirs (default: --cache)"
+    )
+    parser.add_argument("--threads", type=int, help="DuckDB (and prepare) threads")
+    parser.add_argument(
+        "--repeat", type=int, default=1, help="prepare runs per size; the fastest is reported"
+    )
+    args = parser.parse_args(argv)
+    sizes = [1_000_000] if args.quick else [int(rows) for rows in args.rows]
+    outputs = args.output or args.cache
+    # Outputs are deleted only at the end: ext4 skips inodes deleted in the last 30 s when it
+    # creates files, so deleting thousands of pools right before a run slows that run down.
+    for stale in outputs.glob("prepared-*"):
+        shutil.rmtree(stale)
+
+    load = os.getloadavg()[0]
+    print(f"cores: {os.cpu_count()}, load average: {load:.2f}, duckdb {duckdb.__version__}")
+    rows_out = []
+    for num_rows in sizes:
+        folder = args.cache / f"rows-{num_rows}"
+        started = time.perf_counter()
+        paths = generate(folder, num_rows, args.files)
+        print(f"{num_rows:,} rows: data ready in {time.perf_counter() - started:.1f} s", flush=True)
+        paths = resolve_inputs([folder])
+        read_both = duckdb_read(paths, "sum(num_tokens), sum(doc_id)", args.threads)
+        read_length = duckdb_read(paths, "sum(num_tokens)", args.threads)
+        hist_seconds, distinct = histogram_time(paths, args.threads)
+        runs = [
+            prepare_run(folder, outputs / f"prepared-{num_rows}-{run}", args.threads)
+            for run in range(args.repeat)
+        ]
+        prepare_seconds = min(seconds for seconds, _ in runs)
+        rss = max(peak for _, peak in runs)
+        rows_out.append(
+            (
+                num_rows,
+                len(paths),
+                distinct,
+                read_both,
+                prepare_seconds,
+                rss,
+                read_length,
+                hist_seconds,
+            )
+        )
+        print(f"  prepare {prepare_seconds:.2f} s, peak RSS {rss:.0f} MiB", flush=True)
+
+    header = (
+        f"{'rows':>13} {'files':>5} {'lengths':>7} | {'duckdb len+id':>13} {'prepare':>8} "
+        f"{'ratio':>6} {'peak RSS':>9} | {'duckdb len':>10} {'histogram':>9} {'ratio':>6}"
+    )
+    print("\n" + header)
+    print("-" * len(header))
+    for num_rows, files, distinct, both, prep, rss, length, hist in rows_out:
+        print(
+            f"{num_rows:>13,} {files:>5} {distinct:>7,} | {both:>12.3f}s {prep:>7.2f}s "
+            f"{prep / both:>5.1f}x {rss:>6.0f} MiB | {length:>9.3f}s {hist:>8.3f}s "
+            f"{hist / length:>5.1f}x"
+        )
+    for done in outputs.glob("prepared-*"):
+        shutil.rmtree(done)
+    print(
+        f"targets: prepare <= {TARGET_RATIO:.0f}x DuckDB's read of the length and id columns; "
+        f"peak RSS < {TARGET_RSS_MIB} MiB"
+    )
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
