@@ -431,18 +431,24 @@ class EpochPlan:
         if self._order is not None:
             self._order.permute_inplace(g.view(np.uint64), scratch)  # values < 2**63
         t = self._templates_of(g, scratch)
-        sizes = self._size.take(t, out=scratch.array("bins.sizes", num_bins, np.int64))
+        sizes = self._size.take(t, out=scratch.array("bins.sizes", num_bins, np.int64), mode="clip")
         chunk = _Chunk(sizes)
         if grouped:
             chunk.group(self._block_keys, scratch)
             if chunk.order is not None:
-                t = t.take(chunk.order, out=scratch.array("bins.t2", num_bins, t.dtype))
-                g = g.take(chunk.order, out=scratch.array("bins.g2", num_bins, np.int64))
+                t = t.take(
+                    chunk.order, out=scratch.array("bins.t2", num_bins, t.dtype), mode="clip"
+                )
+                g = g.take(
+                    chunk.order, out=scratch.array("bins.g2", num_bins, np.int64), mode="clip"
+                )
                 sizes = chunk.sizes
-        work = self._bin_start.take(t, out=scratch.array("bins.work", num_bins, np.int64))
+        work = self._bin_start.take(
+            t, out=scratch.array("bins.work", num_bins, np.int64), mode="clip"
+        )
         g -= work  # g is now the occurrence of the bin's template
         ends = np.cumsum(sizes, out=scratch.array("bins.ends", num_bins, np.int64))
-        starts = self._slot_start.take(t, out=work)
+        starts = self._slot_start.take(t, out=work, mode="clip")
         starts -= ends
         starts += sizes
         num_ids = int(ends[-1])
@@ -452,14 +458,16 @@ class EpochPlan:
         bin_of_id[ends[:-1]] = 1
         np.cumsum(bin_of_id, out=bin_of_id)
         # q: the flat slot index of every id of the batch, bin after bin.
-        q = starts.take(bin_of_id, out=scratch.array("ids.b", num_ids, np.int64))
+        q = starts.take(bin_of_id, out=scratch.array("ids.b", num_ids, np.int64), mode="clip")
         q += scratch.iota(num_ids)
-        positions = g.take(bin_of_id, out=scratch.array("ids.c", num_ids, np.int64))
-        slot_values = self._slot_stride.take(q, out=bin_of_id)
+        positions = g.take(bin_of_id, out=scratch.array("ids.c", num_ids, np.int64), mode="clip")
+        slot_values = self._slot_stride.take(q, out=bin_of_id, mode="clip")
         positions *= slot_values
-        positions += self._slot_base.take(q, out=slot_values)
+        positions += self._slot_base.take(q, out=slot_values, mode="clip")
         dtype = self._slot_length.dtype
-        members = self._slot_length.take(q, out=scratch.array("ids.members", num_ids, dtype))
+        members = self._slot_length.take(
+            q, out=scratch.array("ids.members", num_ids, dtype), mode="clip"
+        )
         chunk.ids, chunk.ends = self._pool_ids(positions, members, scratch), ends
         return chunk
 
@@ -483,10 +491,14 @@ class EpochPlan:
             # Sorted by length once (a radix sort of uint16 keys): the permutations then run
             # once per width over contiguous runs, and each pool is read with one `take`.
             order = np.argsort(members, kind="stable")
-            sorted_members = members.take(order, out=scratch.array("ids.d", num_ids, members.dtype))
+            sorted_members = members.take(
+                order, out=scratch.array("ids.d", num_ids, members.dtype), mode="clip"
+            )
             members = sorted_members
             # "ids.b" held q, which is dead by now.
-            positions = positions.take(order, out=scratch.array("ids.b", num_ids, np.int64))
+            positions = positions.take(
+                order, out=scratch.array("ids.b", num_ids, np.int64), mode="clip"
+            )
         bounds = np.searchsorted(members, self._member_index)
         starts = [*bounds.tolist(), num_ids]
         if self._family is not None:
@@ -516,7 +528,7 @@ class EpochPlan:
             # The smallest pools, copied into one array: one `take` for all of them.
             end = starts[num_merged]
             head = positions[:end]
-            offsets = self._merged_offsets.take(members[:end], out=taken[:end])
+            offsets = self._merged_offsets.take(members[:end], out=taken[:end], mode="clip")
             head += offsets
             self._merged.take(head, out=taken[:end], mode="clip")
         pools = self._pools
@@ -539,7 +551,7 @@ class EpochPlan:
         buckets = scratch.array("bins.buckets", len(j), np.int64)
         np.right_shift(j, self._bucket_shift, out=buckets)
         table = self._bucket_template
-        t = table.take(buckets, out=scratch.array("bins.t", len(j), table.dtype))
+        t = table.take(buckets, out=scratch.array("bins.t", len(j), table.dtype), mode="clip")
         straddling = np.flatnonzero(t < 0)
         if straddling.size:
             t[straddling] = np.searchsorted(self._bin_end, j[straddling], side="right")
@@ -584,11 +596,17 @@ class _Chunk:
             return
         codes = np.zeros(len(counts), dtype=block_keys.dtype)
         codes[frequent] = np.arange(1, len(frequent) + 1)
-        keys = codes.take(sizes, out=scratch.array("group.keys", num_bins, codes.dtype))
+        keys = codes.take(
+            sizes, out=scratch.array("group.keys", num_bins, codes.dtype), mode="clip"
+        )
         keys |= block_keys[:num_bins]
         self.order = np.argsort(keys, kind="stable")
-        self.keys = keys.take(self.order, out=scratch.array("group.sorted", num_bins, keys.dtype))
-        self.sizes = sizes.take(self.order, out=scratch.array("group.sizes", num_bins, np.int64))
+        self.keys = keys.take(
+            self.order, out=scratch.array("group.sorted", num_bins, keys.dtype), mode="clip"
+        )
+        self.sizes = sizes.take(
+            self.order, out=scratch.array("group.sizes", num_bins, np.int64), mode="clip"
+        )
         self.size_of_code = [0, *frequent.tolist()]
 
     def lists(self, scratch: Scratch) -> Iterator[Sequence[list[int]]]:

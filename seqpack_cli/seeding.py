@@ -505,8 +505,8 @@ class FeistelFamily:
             raise ValueError("permute_grouped needs a family ordered by width")
         scratch = scratch or Scratch()
         n = len(x)
-        keys = self._key.take(members, out=scratch.array("family.keys", n, np.uint64))
-        sizes = self._n.take(members, out=scratch.array("family.sizes", n, np.uint64))
+        keys = self._key.take(members, out=scratch.array("family.keys", n, np.uint64), mode="clip")
+        sizes = self._n.take(members, out=scratch.array("family.sizes", n, np.uint64), mode="clip")
         bounds = [int(starts[m]) for m in self._run_first]
         _permute_walking(x, keys, sizes, self._run_width, bounds, scratch)
 
@@ -538,13 +538,17 @@ def _permute_walking(
     out_of_range = np.greater_equal(x, sizes, out=scratch.array("walk.mask", len(x), np.bool_))
     walking = np.flatnonzero(out_of_range)
     while walking.size:
-        again = x.take(walking, out=scratch.array("walk.words", len(walking), np.uint64))
+        again = x.take(
+            walking, out=scratch.array("walk.words", len(walking), np.uint64), mode="clip"
+        )
         # `walking` is ascending, so each width run's walkers stay one run.
         walking_bounds = np.searchsorted(walking, bounds).tolist()
-        walking_keys = keys.take(walking, out=scratch.array("walk.keys", len(walking), np.uint64))
+        walking_keys = keys.take(
+            walking, out=scratch.array("walk.keys", len(walking), np.uint64), mode="clip"
+        )
         _network_by_runs(again, walking_keys, widths, walking_bounds, scratch)
         x[walking] = again
-        walking_sizes = sizes.take(walking, out=walking_keys)
+        walking_sizes = sizes.take(walking, out=walking_keys, mode="clip")
         walking = walking[again >= walking_sizes]
 
 

@@ -1,0 +1,57 @@
+"""Command-line options shared by the `seqpack` commands (Annotated aliases).
+
+An option's name is its config field in kebab case (`--max-seq-len` <-> `max_seq_len`).
+"""
+
+from __future__ import annotations
+
+from enum import Enum
+from typing import Annotated
+
+import typer
+
+__all__ = [
+    "JsonOption",
+    "LengthColumnOption",
+    "MaxSeqLenOption",
+    "MaxSeqsPerBinOption",
+    "Packer",
+    "PackerOption",
+    "QuietOption",
+]
+
+LengthColumnOption = Annotated[
+    str,
+    typer.Option(
+        "--length-column", help="Parquet column holding each sequence's length in tokens."
+    ),
+]
+MaxSeqLenOption = Annotated[
+    int, typer.Option("--max-seq-len", help="Bin capacity in tokens (the training context).")
+]
+MaxSeqsPerBinOption = Annotated[
+    int | None,
+    typer.Option(
+        "--max-seqs-per-bin", help="At most this many sequences per bin (default: no cap)."
+    ),
+]
+
+
+class Packer(str, Enum):
+    """The histogram packers `--packer` chooses from."""
+
+    batched = "batched"
+    per_item = "per-item"
+
+
+PackerOption = Annotated[
+    Packer,
+    typer.Option(
+        "--packer",
+        help="Histogram packer: batched (the engine) or per-item (the reference, for parity).",
+    ),
+]
+QuietOption = Annotated[bool, typer.Option("--quiet", "-q", help="No progress bars, no summary.")]
+JsonOption = Annotated[
+    bool, typer.Option("--json", help="Print a machine-readable JSON summary on stdout.")
+]
