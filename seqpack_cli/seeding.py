@@ -15,6 +15,7 @@ for strings) or on a numpy random stream.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import operator
 import struct
@@ -234,7 +235,7 @@ def _feistel_inplace(
     """
     params = (left_bits, right_bits, left_mask, right_mask, key)
     per_element = [np.ndim(p) == 1 for p in params]
-    round_keys = None if per_element[4] else [_u64(int(key) ^ c) for c in _ROUND_CONSTANTS]
+    round_keys = None if per_element[4] else _round_keys(int(key))
     size = min(len(x), _KERNEL_SLICE)
     scratch = scratch or Scratch()
     buffers = [scratch.array(f"feistel.{i}", size, np.uint64) for i in range(3)]
@@ -276,6 +277,12 @@ def _feistel_inplace(
         else:
             np.left_shift(words, low_bits, out=words)
             words |= low
+
+
+@functools.lru_cache(maxsize=1024)
+def _round_keys(key: int) -> list[np.ndarray]:
+    """`key xor C_r` for each round, as 0-d uint64 arrays (shared: never modify them)."""
+    return [_u64(key ^ c) for c in _ROUND_CONSTANTS]
 
 
 def _feistel_scalar(x: int, left_bits: int, right_bits: int, key: int) -> int:
@@ -406,11 +413,13 @@ class FeistelPermutation:
         the caller guarantees 0 <= x[i] < n). The fast path under `take`."""
         _feistel_inplace(x, *self._np, scratch)
         walking = np.flatnonzero(x >= self.n)
-        while walking.size:
+        while walking.size > _MAX_SCALAR_WALKERS:
             again = x[walking]
             _feistel_inplace(again, *self._np, scratch)
             x[walking] = again
             walking = walking[again >= self.n]
+        for i in walking.tolist():
+            x[i] = _walk_scalar(int(x[i]), self.n, self._left_bits, self._right_bits, self._key)
 
 
 class FeistelFamily:
@@ -511,6 +520,9 @@ class FeistelFamily:
         _permute_walking(x, keys, sizes, self._run_width, bounds, scratch)
 
 
+# Cycle walking finishes in Python (`_feistel_scalar`, ~3 us per word and pass) once at most
+# this many words are left.
+_MAX_SCALAR_WALKERS = 32
 # A width run shorter than this shares one per-element-parameter pass with the other short runs:
 # ~60 array operations per pass cost ~30 us whatever the run's length.
 _MIN_SCALAR_RUN = 2048
@@ -537,7 +549,7 @@ def _permute_walking(
     _network_by_runs(x, keys, widths, bounds, scratch)
     out_of_range = np.greater_equal(x, sizes, out=scratch.array("walk.mask", len(x), np.bool_))
     walking = np.flatnonzero(out_of_range)
-    while walking.size:
+    while walking.size > _MAX_SCALAR_WALKERS:
         again = x.take(
             walking, out=scratch.array("walk.words", len(walking), np.uint64), mode="clip"
         )
@@ -550,6 +562,23 @@ def _permute_walking(
         x[walking] = again
         walking_sizes = sizes.take(walking, out=walking_keys, mode="clip")
         walking = walking[again >= walking_sizes]
+    # The last few words walk in Python: a pass of the network costs ~40 us of numpy calls
+    # however few its words, and the tail takes a dozen passes.
+    for i, run in zip(
+        walking.tolist(), (np.searchsorted(bounds, walking, side="right") - 1).tolist(), strict=True
+    ):
+        left_bits = widths[run] // 2
+        x[i] = _walk_scalar(
+            int(x[i]), int(sizes[i]), left_bits, widths[run] - left_bits, int(keys[i])
+        )
+
+
+def _walk_scalar(x: int, n: int, left_bits: int, right_bits: int, key: int) -> int:
+    """Apply the network to x until it lands in [0, n) (x is out of range on entry)."""
+    x = _feistel_scalar(x, left_bits, right_bits, key)
+    while x >= n:
+        x = _feistel_scalar(x, left_bits, right_bits, key)
+    return x
 
 
 def _network_by_runs(
