@@ -189,6 +189,25 @@ def per_sequence_tables(sizes: list[int], names: list[str]) -> dict[str, list[li
     return out
 
 
+def _pack_histogram(
+    histogram: dict[int, int], max_seq_len: int, repeats: int
+) -> tuple[int, list[str]]:
+    """Time the engine on `histogram` (best of `repeats`): its bins, and the table cells
+    lengths, bins, LB, bins/LB, eff, time ms, peak MiB."""
+    bound = lower_bound_bins(histogram, max_seq_len)
+    tokens = sum(length * count for length, count in histogram.items())
+    bins, seconds, peak = measure(
+        partial(pack_length_histogram_batched, histogram, max_seq_len), _num_bins, repeats
+    )
+    cells = [
+        f"{len(histogram):,}",
+        *_quality(bins, bound, tokens, max_seq_len),
+        f"{seconds * 1e3:.1f}",
+        f"{peak:.0f}",
+    ]
+    return bins, cells
+
+
 def histogram_tables(sizes: list[int], names: list[str], repeats: int) -> None:
     """Tables 2: the histogram engine, and its bins against the exact grouped BFD/FFD/MFFD."""
     rows, versus = [], []
@@ -196,22 +215,8 @@ def histogram_tables(sizes: list[int], names: list[str], repeats: int) -> None:
         max_seq_len = distributions.DEFAULT_MAX_SEQ_LEN[name]
         for n in sizes:
             histogram = distributions.make_histogram(name, n)
-            bound = lower_bound_bins(histogram, max_seq_len)
-            tokens = sum(length * count for length, count in histogram.items())
-            bins, seconds, peak = measure(
-                partial(pack_length_histogram_batched, histogram, max_seq_len), _num_bins, repeats
-            )
-            rows.append(
-                [
-                    name,
-                    str(max_seq_len),
-                    _num(n),
-                    f"{len(histogram):,}",
-                    *_quality(bins, bound, tokens, max_seq_len),
-                    f"{seconds * 1e3:.1f}",
-                    f"{peak:.0f}",
-                ]
-            )
+            bins, cells = _pack_histogram(histogram, max_seq_len, repeats)
+            rows.append([name, str(max_seq_len), _num(n), *cells])
             classic = {
                 label: sum(packer(histogram, max_seq_len).values())
                 for label, packer in (
@@ -260,21 +265,8 @@ def billion_table(names: list[str], num_sequences: int, repeats: int) -> None:
     max_seq_len = 8192
     for name in names:
         histogram = distributions.make_histogram(name, num_sequences, max_seq_len)
-        bound = lower_bound_bins(histogram, max_seq_len)
-        tokens = sum(length * count for length, count in histogram.items())
-        bins, seconds, peak = measure(
-            partial(pack_length_histogram_batched, histogram, max_seq_len), _num_bins, repeats
-        )
-        rows.append(
-            [
-                name,
-                _num(num_sequences),
-                f"{len(histogram):,}",
-                *_quality(bins, bound, tokens, max_seq_len),
-                f"{seconds * 1e3:.1f}",
-                f"{peak:.0f}",
-            ]
-        )
+        _, cells = _pack_histogram(histogram, max_seq_len, repeats)
+        rows.append([name, _num(num_sequences), *cells])
     _print_table(
         f"histogram pack time at N = {_num(num_sequences)}, max_seq_len {max_seq_len} "
         f"(best of {repeats})",

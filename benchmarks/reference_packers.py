@@ -27,6 +27,19 @@ def _order(lengths: Sequence[int]) -> list[int]:
     return sorted(range(len(lengths)), key=lambda i: -lengths[i])
 
 
+def _put(
+    bins: list[list[int]], rooms: list[int], b: int | None, i: int, length: int, max_seq_len: int
+) -> int:
+    """Put sequence `i` into bin `b`, or into a new bin when `b` is None; returns the bin."""
+    if b is None:
+        b = len(bins)
+        bins.append([])
+        rooms.append(max_seq_len)
+    bins[b].append(i)
+    rooms[b] -= length
+    return b
+
+
 def templates_of(bins: list[list[int]], lengths: Sequence[int]) -> Counter[tuple[int, ...]]:
     """The histogram of bin templates (lengths sorted descending) of a per-item packing."""
     return Counter(tuple(sorted((lengths[i] for i in b), reverse=True)) for b in bins)
@@ -48,17 +61,13 @@ def ffd(
     rooms: list[int] = []
     for i in order:
         length = lengths[i]
+        b = None
         if tree[1] >= length:
             node = 1
             while node < size:
                 node = 2 * node if tree[2 * node] >= length else 2 * node + 1
             b = node - size
-        else:
-            b = len(bins)
-            bins.append([])
-            rooms.append(max_seq_len)
-        bins[b].append(i)
-        rooms[b] -= length
+        b = _put(bins, rooms, b, i, length, max_seq_len)
         full = max_seqs_per_bin is not None and len(bins[b]) >= max_seqs_per_bin
         node = b + size
         tree[node] = -1 if full else rooms[b]
@@ -81,18 +90,14 @@ def bfd(
     for i in _order(lengths):
         length = lengths[i]
         k = bisect.bisect_left(states, (length, 1 if capped else 0))
+        b = None
         if k < len(states):
             state = states[k]
             b = stacks[state].pop()
             if not stacks[state]:
                 del stacks[state]
                 del states[k]
-        else:
-            b = len(bins)
-            bins.append([])
-            rooms.append(max_seq_len)
-        bins[b].append(i)
-        rooms[b] -= length
+        b = _put(bins, rooms, b, i, length, max_seq_len)
         free = max_seqs_per_bin - len(bins[b]) if max_seqs_per_bin is not None else 0
         if rooms[b] == 0 or (capped and free == 0):
             continue  # this bin can take nothing more

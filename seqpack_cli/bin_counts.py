@@ -17,7 +17,7 @@ from operator import itemgetter
 from seqpack_cli.bin_groups import count_bins
 from seqpack_cli.bounds import residual_lower_bound
 from seqpack_cli.grouped import bfd_groups
-from seqpack_cli.mffd import greedy_fill
+from seqpack_cli.mffd import drop_used_up, greedy_fill, take_small_pair
 
 __all__ = ["count_bfd_bins", "count_ffd_bins", "count_mffd_bins"]
 
@@ -189,10 +189,6 @@ def count_mffd_bins(items: list[tuple[int, int]], max_seq_len: int, limit: float
     if num_a_bins >= limit:
         return None
 
-    def drop(lengths: list[int], length: int) -> None:
-        if counts[length] == 0:
-            del lengths[bisect.bisect_left(lengths, length)]
-
     # (2) forward: the longest medium that fits. The A-bins come by room, smallest first, and
     # the shortest medium only grows: the bins before the first one it fits take none.
     medium = sorted(length for length in counts if 3 * length > m)
@@ -207,7 +203,7 @@ def count_mffd_bins(items: list[tuple[int, int]], max_seq_len: int, limit: float
             taken = min(num_bins, counts[length])
             stepped.append((taken, room - length, True))
             counts[length] -= taken
-            drop(medium, length)
+            drop_used_up(medium, counts, length)
             num_bins -= taken
         if num_bins:
             stepped.append((num_bins, room, False))
@@ -222,21 +218,11 @@ def count_mffd_bins(items: list[tuple[int, int]], max_seq_len: int, limit: float
             backward.extend((num_bins, room) for num_bins, room, _ in stepped[index::-1])
             break
         while num_bins and not has_medium and small:
-            shortest = small[0]
-            i = bisect.bisect_right(small, room - shortest) - 1
-            if i < 0 or (i == 0 and counts[shortest] < 2):
+            pair = take_small_pair(small, counts, room, num_bins)
+            if pair is None:
                 break
-            partner = small[i]
-            if partner == shortest:
-                taken = min(num_bins, counts[shortest] // 2)
-            else:
-                taken = min(num_bins, counts[shortest], counts[partner])
+            shortest, partner, taken = pair
             backward.append((taken, room - shortest - partner))
-            counts[shortest] -= taken
-            counts[partner] -= taken
-            drop(small, partner)
-            if partner != shortest:
-                drop(small, shortest)
             num_bins -= taken
         if num_bins:
             backward.append((num_bins, room))
@@ -258,7 +244,7 @@ def count_mffd_bins(items: list[tuple[int, int]], max_seq_len: int, limit: float
             taken = min(num_bins, *(counts[length] // copies for length, copies in pattern))
             for length, copies in pattern:
                 counts[length] -= taken * copies
-                drop(remaining, length)
+                drop_used_up(remaining, counts, length)
             num_bins -= taken
     # (5) the rest: FFD into new bins
     rest = [(length, counts[length]) for length in reversed(remaining)]

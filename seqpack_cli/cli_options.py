@@ -6,6 +6,7 @@ An option's name is its config field in kebab case (`--max-seq-len` <-> `max_seq
 from __future__ import annotations
 
 from enum import Enum
+from pathlib import Path
 from typing import Annotated
 
 import typer
@@ -15,9 +16,12 @@ __all__ = [
     "LengthColumnOption",
     "MaxSeqLenOption",
     "MaxSeqsPerBinOption",
+    "MemoryLimitOption",
     "Packer",
     "PackerOption",
     "QuietOption",
+    "TempDirOption",
+    "ThreadsOption",
 ]
 
 LengthColumnOption = Annotated[
@@ -54,4 +58,19 @@ PackerOption = Annotated[
 QuietOption = Annotated[bool, typer.Option("--quiet", "-q", help="No progress bars, no summary.")]
 JsonOption = Annotated[
     bool, typer.Option("--json", help="Print a machine-readable JSON summary on stdout.")
+]
+
+# DuckDB's resources, for the commands that scan parquet.
+ThreadsOption = Annotated[
+    int | None, typer.Option("--threads", help="DuckDB threads (default: every core).")
+]
+MemoryLimitOption = Annotated[
+    str | None,
+    typer.Option(
+        "--memory-limit", help="DuckDB memory limit, e.g. 4GB (default: DuckDB's, 80% of RAM)."
+    ),
+]
+TempDirOption = Annotated[
+    Path | None,
+    typer.Option("--temp-dir", help="Where DuckDB spills when over --memory-limit."),
 ]

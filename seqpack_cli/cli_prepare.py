@@ -14,9 +14,12 @@ from seqpack_cli.cli_options import (
     LengthColumnOption,
     MaxSeqLenOption,
     MaxSeqsPerBinOption,
+    MemoryLimitOption,
     Packer,
     PackerOption,
     QuietOption,
+    TempDirOption,
+    ThreadsOption,
 )
 
 __all__ = ["prepare"]
@@ -84,19 +87,9 @@ def prepare(
     ] = False,
     packer: PackerOption = Packer.batched,
     max_seqs_per_bin: MaxSeqsPerBinOption = None,
-    threads: Annotated[
-        int | None, typer.Option("--threads", help="DuckDB threads (default: every core).")
-    ] = None,
-    memory_limit: Annotated[
-        str | None,
-        typer.Option(
-            "--memory-limit", help="DuckDB memory limit, e.g. 4GB (default: DuckDB's, 80% of RAM)."
-        ),
-    ] = None,
-    temp_dir: Annotated[
-        Path | None,
-        typer.Option("--temp-dir", help="Where DuckDB spills when over --memory-limit."),
-    ] = None,
+    threads: ThreadsOption = None,
+    memory_limit: MemoryLimitOption = None,
+    temp_dir: TempDirOption = None,
     overwrite: Annotated[
         bool, typer.Option("--overwrite", help="Replace an existing prepared directory.")
     ] = False,

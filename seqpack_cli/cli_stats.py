@@ -14,7 +14,12 @@ from typing import Annotated, Any
 
 import typer
 
-from seqpack_cli.cli_options import MaxSeqsPerBinOption
+from seqpack_cli.cli_options import (
+    MaxSeqsPerBinOption,
+    MemoryLimitOption,
+    TempDirOption,
+    ThreadsOption,
+)
 from seqpack_cli.errors import ConfigError
 
 __all__ = ["STATS_EPILOG", "stats"]
@@ -227,17 +232,9 @@ def stats(
     seed: Annotated[
         int, typer.Option("--seed", min=0, help="Seed of the sequential baseline's sample.")
     ] = 0,
-    threads: Annotated[
-        int | None, typer.Option("--threads", help="DuckDB threads (default: every core).")
-    ] = None,
-    memory_limit: Annotated[
-        str | None,
-        typer.Option("--memory-limit", help="DuckDB memory limit, e.g. 4GB (default: DuckDB's)."),
-    ] = None,
-    temp_dir: Annotated[
-        Path | None,
-        typer.Option("--temp-dir", help="Where DuckDB spills when over --memory-limit."),
-    ] = None,
+    threads: ThreadsOption = None,
+    memory_limit: MemoryLimitOption = None,
+    temp_dir: TempDirOption = None,
     quiet: Annotated[bool, typer.Option("--quiet", "-q", help="No progress bars.")] = False,
     json_output: Annotated[
         bool, typer.Option("--json", help="Print the figures as JSON on stdout (keys below).")

@@ -29,7 +29,12 @@ from typing import Any
 import numpy as np
 
 from seqpack_cli.errors import ConfigError, InputError
-from seqpack_cli.masking import check_max_num_seqs, require_torch, too_many_sequences_error
+from seqpack_cli.masking import (
+    check_int,
+    check_max_num_seqs,
+    require_torch,
+    too_many_sequences_error,
+)
 
 __all__ = ["FORMATS", "FlatTokenSource", "PackedCollator", "pack_one_bin"]
 
@@ -213,20 +218,6 @@ def _lay_out(bins: Sequence[Sequence[int]], token_source: Any, max_seq_len: int)
     )
 
 
-def _check_int(name: str, value: Any, *, minimum: int | None = None) -> int:
-    """Validate an integer option and return it as an int (bools refused)."""
-    if not isinstance(value, bool):
-        try:
-            number = operator.index(value)
-        except TypeError:
-            pass
-        else:
-            if minimum is None or number >= minimum:
-                return number
-    expected = "an integer" if minimum is None else f"an integer >= {minimum}"
-    raise ConfigError(f"{name}={value!r}; expected {expected}")
-
-
 def pack_one_bin(
     bin_seq_ids: Sequence[int], raw_dataset: Any, max_seq_len: int, pad_token_id: int
 ) -> tuple[Any, Any]:
@@ -240,8 +231,8 @@ def pack_one_bin(
     `max_seq_len`.
     """
     torch = require_torch()
-    max_seq_len = _check_int("max_seq_len", max_seq_len, minimum=1)
-    pad_token_id = _check_int("pad_token_id", pad_token_id)
+    max_seq_len = check_int("max_seq_len", max_seq_len, minimum=1)
+    pad_token_id = check_int("pad_token_id", pad_token_id)
     layout = _lay_out([bin_seq_ids], raw_dataset, max_seq_len)
     num_tokens = layout.tokens.shape[0]
     tokens = np.full(max_seq_len, pad_token_id, dtype=np.int64)
@@ -309,9 +300,9 @@ class PackedCollator:
                 "the segmentation); leave return_loss_weights and max_num_seqs unset"
             )
         self.token_source = token_source
-        self.max_seq_len = _check_int("max_seq_len", max_seq_len, minimum=1)
-        self.pad_token_id = _check_int("pad_token_id", pad_token_id)
-        self.label_pad_id = _check_int("label_pad_id", label_pad_id)
+        self.max_seq_len = check_int("max_seq_len", max_seq_len, minimum=1)
+        self.pad_token_id = check_int("pad_token_id", pad_token_id)
+        self.label_pad_id = check_int("label_pad_id", label_pad_id)
         self.format = format
         self.return_loss_weights = bool(return_loss_weights)
         self.max_num_seqs = None if max_num_seqs is None else check_max_num_seqs(max_num_seqs)

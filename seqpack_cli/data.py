@@ -20,7 +20,6 @@ import it only where torch is installed.
 from __future__ import annotations
 
 import logging
-import operator
 from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
@@ -31,6 +30,7 @@ from torch.utils.data import Dataset, IterableDataset, get_worker_info
 from seqpack_cli.collate import PackedCollator
 from seqpack_cli.epoch import EpochPlan
 from seqpack_cli.errors import ConfigError
+from seqpack_cli.masking import check_int
 from seqpack_cli.seeding import seed_from_components
 
 __all__ = ["PackedDataset", "PackedIterableDataset"]
@@ -59,18 +59,6 @@ def _split_source(source: Any) -> tuple[Any, Mapping[int, Any], int | None, Path
         f"source is a {type(source).__name__}; expected what load_prepared returns or a "
         "(templates, pools) pair"
     )
-
-
-def _int_option(name: str, value: Any, minimum: int) -> int:
-    if not isinstance(value, bool):
-        try:
-            number = operator.index(value)
-        except TypeError:
-            pass
-        else:
-            if number >= minimum:
-                return number
-    raise ConfigError(f"{name}={value!r}; expected an integer >= {minimum}")
 
 
 class _PackedEpochs:
@@ -103,7 +91,7 @@ class _PackedEpochs:
                     "max_seq_len=... (the length the templates were packed for)"
                 )
             max_seq_len = prepared_max_seq_len
-        self.seed = _int_option("seed", seed, minimum=0)
+        self.seed = check_int("seed", seed, minimum=0)
         self.rank, self.world_size, self.drop_last = rank, world_size, bool(drop_last)
         self.collator = PackedCollator(
             token_source,
@@ -115,7 +103,7 @@ class _PackedEpochs:
             max_num_seqs=max_num_seqs,
         )
         self.max_seq_len = self.collator.max_seq_len
-        self._epoch = _int_option("epoch", epoch, minimum=0)
+        self._epoch = check_int("epoch", epoch, minimum=0)
         self._plan: EpochPlan | None = None
         # Built now, so bad templates/pools/rank fail here rather than inside a worker.
         plan = self.plan
@@ -146,7 +134,7 @@ class _PackedEpochs:
 
     def _switch_epoch(self, epoch: Any) -> bool:
         """Make `epoch` current; True when it changed."""
-        epoch = _int_option("epoch", epoch, minimum=0)
+        epoch = check_int("epoch", epoch, minimum=0)
         if epoch == self._epoch:
             return False
         self._epoch, self._plan = epoch, None
@@ -356,7 +344,7 @@ class PackedIterableDataset(_PackedEpochs, IterableDataset):
         if num_bins_taken is None:
             consumed = self._position
         else:
-            taken = _int_option("num_bins_taken", num_bins_taken, minimum=0)
+            taken = check_int("num_bins_taken", num_bins_taken, minimum=0)
             consumed = self._start + taken
             if consumed > len(self.plan):
                 raise ConfigError(
@@ -389,7 +377,7 @@ class PackedIterableDataset(_PackedEpochs, IterableDataset):
                 )
         self._switch_epoch(state["epoch"])
         num_bins = len(self.plan)
-        consumed = _int_option("num_bins_consumed", state["num_bins_consumed"], minimum=0)
+        consumed = check_int("num_bins_consumed", state["num_bins_consumed"], minimum=0)
         if state["num_bins"] != num_bins or consumed > num_bins:
             raise ConfigError(
                 f"state has num_bins={state['num_bins']} and num_bins_consumed={consumed} but "

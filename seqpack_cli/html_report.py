@@ -16,9 +16,9 @@ from seqpack_cli.errors import ConfigError
 from seqpack_cli.report import (
     efficiency_style,
     format_efficiency,
-    format_padding,
     format_percent,
-    format_template,
+    profile_figures,
+    template_cells,
 )
 from seqpack_cli.sweep import (
     NO_PACKING_DESCRIPTION,
@@ -182,23 +182,7 @@ def render_profile_html(
 ) -> str:
     """The HTML report of one packing (a prepared directory)."""
     stats = profile.stats
-    summary = [
-        ("max_seq_len", f"{profile.max_seq_len:,}"),
-        ("sequences", f"{stats.num_sequences:,} (avg {stats.avg_seqs_per_bin:.2f} per bin)"),
-        ("tokens", f"{stats.num_tokens:,} / {stats.capacity:,} capacity"),
-        ("bins", f"{stats.num_bins:,} (lower bound {stats.lower_bound_bins:,})"),
-        ("efficiency", format_efficiency(stats.efficiency)),
-        ("padding", f"{stats.padding:,} tokens ({format_padding(stats.padding_ratio)})"),
-        (
-            "fullness",
-            f"p50 {format_percent(stats.bin_fullness_p50)}, "
-            f"p90 {format_percent(stats.bin_fullness_p90)}, "
-            f"p99 {format_percent(stats.bin_fullness_p99)}",
-        ),
-        ("max seqs in a bin", f"{stats.max_seqs_in_bin:,}"),
-        ("templates", f"{profile.num_templates:,} distinct"),
-        *details,
-    ]
+    summary = [*profile_figures(profile, separator=", ").items(), *details]
     comparison = [
         [
             _td("seqpack", left=True),
@@ -211,15 +195,10 @@ def render_profile_html(
         _baseline_row(profile.sequential, stats.num_bins),
         _baseline_row(profile.no_packing, stats.num_bins),
     ]
-    templates = [
-        [
-            _td(f"{count:,}"),
-            _td(format_percent(count / stats.num_bins if stats.num_bins else 0.0)),
-            _td(format_percent(sum(template) / profile.max_seq_len)),
-            _td(format_template(template, max_parts=16), left=True),
-        ]
-        for template, count in profile.top_templates
-    ]
+    templates = []
+    for template, count in profile.top_templates:
+        *numbers, lengths = template_cells(profile, template, count, max_parts=16)
+        templates.append([*map(_td, numbers), _td(lengths, left=True)])
     body = [
         f"<h1>{_e(title)}</h1>",
         _table(

@@ -33,48 +33,51 @@ def _is_int(value: Any) -> bool:
     return isinstance(value, numbers.Integral) and not isinstance(value, (bool, np.bool_))
 
 
+def _check_int(name: str, value: Any, minimum: int, expected: str, fix: str) -> int:
+    """Return `value` as an int, or raise `ConfigError` unless it is an integer >= `minimum`."""
+    if not _is_int(value) or int(value) < minimum:
+        raise ConfigError(f"{name} must be {expected}, got {value!r}; {fix}")
+    return int(value)
+
+
 def check_max_seq_len(max_seq_len: Any) -> int:
     """Return `max_seq_len` as an int, or raise `ConfigError` unless it is an integer >= 1."""
-    if not _is_int(max_seq_len) or int(max_seq_len) <= 0:
-        raise ConfigError(
-            f"max_seq_len must be a positive integer, got {max_seq_len!r}; "
-            "pass --max-seq-len 1 or more"
-        )
-    return int(max_seq_len)
+    return _check_int(
+        "max_seq_len", max_seq_len, 1, "a positive integer", "pass --max-seq-len 1 or more"
+    )
 
 
 def check_max_seqs_per_bin(max_seqs_per_bin: Any) -> int | None:
     """Return the per-bin sequence cap (None = no cap), or raise `ConfigError` if it is <= 0."""
     if max_seqs_per_bin is None:
         return None
-    if not _is_int(max_seqs_per_bin) or int(max_seqs_per_bin) <= 0:
-        raise ConfigError(
-            f"max_seqs_per_bin must be a positive integer or None, got {max_seqs_per_bin!r}; "
-            "pass --max-seqs-per-bin 1 or more, or leave it unset for no cap"
-        )
-    return int(max_seqs_per_bin)
+    return _check_int(
+        "max_seqs_per_bin",
+        max_seqs_per_bin,
+        1,
+        "a positive integer or None",
+        "pass --max-seqs-per-bin 1 or more, or leave it unset for no cap",
+    )
 
 
 def check_tolerance(tolerance: Any) -> int:
     """Return the tie-bucket width `tolerance`, or raise `ConfigError` unless it is >= 1."""
-    if not _is_int(tolerance) or int(tolerance) <= 0:
-        raise ConfigError(
-            f"tolerance must be a positive integer, got {tolerance!r}; "
-            "use 1 to shuffle exact ties only"
-        )
-    return int(tolerance)
+    return _check_int(
+        "tolerance", tolerance, 1, "a positive integer", "use 1 to shuffle exact ties only"
+    )
 
 
 def check_seed(seed: Any) -> int | None:
     """Return `seed` (None = deterministic), or raise `ConfigError` unless it is an int >= 0."""
     if seed is None:
         return None
-    if not _is_int(seed) or int(seed) < 0:
-        raise ConfigError(
-            f"seed must be a non-negative integer or None, got {seed!r}; "
-            "derive one with seed_from_components(epoch, ...)"
-        )
-    return int(seed)
+    return _check_int(
+        "seed",
+        seed,
+        0,
+        "a non-negative integer or None",
+        "derive one with seed_from_components(epoch, ...)",
+    )
 
 
 def _length_error(value: Any, where: str, max_seq_len: int | None) -> InputError:

@@ -52,19 +52,35 @@ def require_torch() -> Any:
     return torch
 
 
-def check_max_num_seqs(max_num_seqs: Any) -> int:
-    """Validate the `max_num_seqs` option (shared with the collator) and return it as an int."""
-    if not isinstance(max_num_seqs, bool):
+def check_int(
+    name: str, value: Any, *, minimum: int | None = None, expected: str | None = None
+) -> int:
+    """Validate the integer option `name` and return it as an int (bools refused).
+
+    Shared by the collator and the torch datasets. `expected` replaces the default description
+    ("an integer >= minimum") in the error message.
+    """
+    if not isinstance(value, bool):
         try:
-            value = operator.index(max_num_seqs)
+            number = operator.index(value)
         except TypeError:
             pass
         else:
-            if value >= 1:
-                return value
-    raise ConfigError(
-        f"max_num_seqs={max_num_seqs!r}; expected a positive integer (the most sequences one "
-        "batch may hold, which fixes cu_seqlens at max_num_seqs + 1 entries) or None"
+            if minimum is None or number >= minimum:
+                return number
+    if expected is None:
+        expected = "an integer" if minimum is None else f"an integer >= {minimum}"
+    raise ConfigError(f"{name}={value!r}; expected {expected}")
+
+
+def check_max_num_seqs(max_num_seqs: Any) -> int:
+    """Validate the `max_num_seqs` option (shared with the collator) and return it as an int."""
+    return check_int(
+        "max_num_seqs",
+        max_num_seqs,
+        minimum=1,
+        expected="a positive integer (the most sequences one batch may hold, which fixes "
+        "cu_seqlens at max_num_seqs + 1 entries) or None",
     )
 
 

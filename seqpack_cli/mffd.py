@@ -15,7 +15,7 @@ from seqpack_cli.bin_groups import Group
 from seqpack_cli.bounds import residual_lower_bound
 from seqpack_cli.grouped import ffd_groups
 
-__all__ = ["greedy_fill", "mffd_groups"]
+__all__ = ["drop_used_up", "greedy_fill", "mffd_groups", "take_small_pair"]
 
 _UNLIMITED = float("inf")
 
@@ -47,10 +47,6 @@ def mffd_groups(
     if num_a_bins >= limit:
         return None
 
-    def drop(lengths: list[int], length: int) -> None:
-        if counts[length] == 0:
-            del lengths[bisect.bisect_left(lengths, length)]
-
     # (2) forward: the longest medium that fits
     medium = sorted(length for length in counts if 3 * length > max_seq_len)
     stepped: list[list[Any]] = []
@@ -63,7 +59,7 @@ def mffd_groups(
             taken = min(num_bins, counts[length])
             stepped.append([taken, room - length, slots - 1, (node, length, 1), True])
             counts[length] -= taken
-            drop(medium, length)
+            drop_used_up(medium, counts, length)
             num_bins -= taken
         if num_bins:
             stepped.append([num_bins, room, slots, node, False])
@@ -73,23 +69,13 @@ def mffd_groups(
     for piece in reversed(stepped):
         num_bins, room, slots, node, has_medium = piece
         while num_bins and not has_medium and slots >= 2 and small:
-            shortest = small[0]
-            i = bisect.bisect_right(small, room - shortest) - 1
-            if i < 0 or (i == 0 and counts[shortest] < 2):
+            pair = take_small_pair(small, counts, room, num_bins)
+            if pair is None:
                 break  # the two shortest smalls do not fit together: every bin here skips
-            partner = small[i]
-            if partner == shortest:
-                taken = min(num_bins, counts[shortest] // 2)
-            else:
-                taken = min(num_bins, counts[shortest], counts[partner])
+            shortest, partner, taken = pair
             # per-item goes backward, so the last `taken` bins of the run get the pair
             pair_node = ((node, shortest, 1), partner, 1)
             backward.append([taken, room - shortest - partner, slots - 2, pair_node, False])
-            counts[shortest] -= taken
-            counts[partner] -= taken
-            drop(small, partner)
-            if partner != shortest:
-                drop(small, shortest)
             num_bins -= taken
         if num_bins:
             backward.append([num_bins, room, slots, node, has_medium])
@@ -117,7 +103,7 @@ def mffd_groups(
             for length, copies in pattern:
                 filled = (filled, length, copies)
                 counts[length] -= taken * copies
-                drop(remaining, length)
+                drop_used_up(remaining, counts, length)
             groups.append((filled, taken))
             num_bins -= taken
         if num_bins:
@@ -151,3 +137,35 @@ def greedy_fill(
         slots -= copies
         bound = min(room, length - 1)  # this length is used up for this bin, or no longer fits
     return pattern
+
+
+def drop_used_up(lengths: list[int], counts: dict[int, int], length: int) -> None:
+    """Remove `length` from the sorted `lengths` once its count has run out."""
+    if counts[length] == 0:
+        del lengths[bisect.bisect_left(lengths, length)]
+
+
+def take_small_pair(
+    small: list[int], counts: dict[int, int], room: int, num_bins: int
+) -> tuple[int, int, int] | None:
+    """MFFD step 3 on a run of `num_bins` bins with `room`: the pair they take, and how many do.
+
+    The pair is the shortest remaining small and the longest small that fits beside it;
+    returns `(shortest, partner, taken)` after taking them from `counts` (and `small`, for the
+    lengths used up), or None when the two shortest smalls do not fit together.
+    """
+    shortest = small[0]
+    i = bisect.bisect_right(small, room - shortest) - 1
+    if i < 0 or (i == 0 and counts[shortest] < 2):
+        return None
+    partner = small[i]
+    if partner == shortest:
+        taken = min(num_bins, counts[shortest] // 2)
+    else:
+        taken = min(num_bins, counts[shortest], counts[partner])
+    counts[shortest] -= taken
+    counts[partner] -= taken
+    drop_used_up(small, counts, partner)
+    if partner != shortest:
+        drop_used_up(small, counts, shortest)
+    return shortest, partner, taken

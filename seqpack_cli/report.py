@@ -2,8 +2,8 @@
 
 Pure presentation: every figure comes from `seqpack_cli.sweep` (a `PackingProfile` for a prepared
 directory, a `SweepResult` for a `max_seq_len` sweep); nothing is computed here except shares and
-bar widths. The helpers `format_template`, `format_percent` and `efficiency_style` are shared with
-the HTML report so both read the same.
+bar widths. The helpers `format_template`, `format_percent`, `efficiency_style`, `profile_figures`
+and `template_cells` are shared with the HTML report so both read the same.
 """
 
 from __future__ import annotations
@@ -31,8 +31,10 @@ __all__ = [
     "format_padding",
     "format_percent",
     "format_template",
+    "profile_figures",
     "render_profile",
     "render_sweep",
+    "template_cells",
     "text_bar",
 ]
 
@@ -113,6 +115,45 @@ def _chart(title: str, buckets: Sequence[Bucket], unit: str, *, label_header: st
     return table
 
 
+def profile_figures(profile: PackingProfile, *, separator: str) -> dict[str, str]:
+    """The summary both reports give of a prepared directory: {figure: value}, in display order.
+
+    `separator` goes between the fullness percentiles.
+    """
+    stats = profile.stats
+    return {
+        "max_seq_len": f"{profile.max_seq_len:,}",
+        "sequences": f"{stats.num_sequences:,} (avg {stats.avg_seqs_per_bin:.2f} per bin)",
+        "tokens": f"{stats.num_tokens:,} / {stats.capacity:,} capacity",
+        "bins": f"{stats.num_bins:,} (lower bound {stats.lower_bound_bins:,})",
+        "efficiency": format_efficiency(stats.efficiency),
+        "padding": f"{stats.padding:,} tokens ({format_padding(stats.padding_ratio)})",
+        "fullness": separator.join(
+            f"{name} {format_percent(value)}"
+            for name, value in (
+                ("p50", stats.bin_fullness_p50),
+                ("p90", stats.bin_fullness_p90),
+                ("p99", stats.bin_fullness_p99),
+            )
+        ),
+        "max seqs in a bin": f"{stats.max_seqs_in_bin:,}",
+        "templates": f"{profile.num_templates:,} distinct",
+    }
+
+
+def template_cells(
+    profile: PackingProfile, template: Sequence[int], count: int, *, max_parts: int = 8
+) -> list[str]:
+    """One row of the most-common-templates table: bins, share of bins, fill, the template."""
+    num_bins = profile.stats.num_bins
+    return [
+        f"{count:,}",
+        format_percent(count / num_bins if num_bins else 0.0),
+        format_percent(sum(template) / profile.max_seq_len),
+        format_template(template, max_parts=max_parts),
+    ]
+
+
 def _efficiency(fraction: float) -> Text:
     return Text(format_efficiency(fraction), style=efficiency_style(fraction))
 
@@ -170,28 +211,13 @@ def render_profile(
     summary.add_column(style="bold")
     summary.add_column()
     above_bound = stats.num_bins / stats.lower_bound_bins - 1.0 if stats.lower_bound_bins else 0.0
-    rows: list[tuple[str, str | Text]] = [
-        ("max_seq_len", f"{profile.max_seq_len:,}"),
-        ("sequences", f"{stats.num_sequences:,} (avg {stats.avg_seqs_per_bin:.2f} per bin)"),
-        ("tokens", f"{stats.num_tokens:,} / {stats.capacity:,} capacity"),
-        (
-            "bins",
-            f"{stats.num_bins:,} (lower bound {stats.lower_bound_bins:,}, "
-            f"+{format_percent(above_bound, 2)})",
-        ),
-        ("efficiency", _efficiency(stats.efficiency)),
-        ("padding", f"{stats.padding:,} tokens ({format_padding(stats.padding_ratio)})"),
-        (
-            "fullness",
-            f"p50 {format_percent(stats.bin_fullness_p50)}  "
-            f"p90 {format_percent(stats.bin_fullness_p90)}  "
-            f"p99 {format_percent(stats.bin_fullness_p99)}",
-        ),
-        ("max seqs in a bin", f"{stats.max_seqs_in_bin:,}"),
-        ("templates", f"{profile.num_templates:,} distinct"),
-        *details,
-    ]
-    for name, value in rows:
+    figures: dict[str, str | Text] = dict(profile_figures(profile, separator="  "))
+    figures["bins"] = (
+        f"{stats.num_bins:,} (lower bound {stats.lower_bound_bins:,}, "
+        f"+{format_percent(above_bound, 2)})"
+    )
+    figures["efficiency"] = _efficiency(stats.efficiency)
+    for name, value in [*figures.items(), *details]:
         summary.add_row(name, value)
 
     templates = Table(
@@ -205,12 +231,7 @@ def render_profile(
     templates.add_column("fill", justify="right")
     templates.add_column("template (lengths)", overflow="fold")
     for template, count in profile.top_templates:
-        templates.add_row(
-            f"{count:,}",
-            format_percent(count / stats.num_bins if stats.num_bins else 0.0),
-            format_percent(sum(template) / profile.max_seq_len),
-            format_template(template),
-        )
+        templates.add_row(*template_cells(profile, template, count))
 
     parts: list[RenderableType] = [
         summary,

@@ -38,6 +38,27 @@ def _max_seq_len(value: Any) -> int:
     return int(value)
 
 
+def fill_figures(
+    num_bins: int, num_sequences: int, num_tokens: int, max_seq_len: int
+) -> dict[str, Any]:
+    """The fields `PackingStats` and the sweep's baselines share, for rows of `max_seq_len`.
+
+    `num_bins`, `num_sequences`, `num_tokens`, then `capacity`, `efficiency`, `padding`,
+    `padding_ratio` and `avg_seqs_per_bin` derived from them (0.0 where there are no bins).
+    """
+    capacity = num_bins * max_seq_len
+    return {
+        "num_bins": num_bins,
+        "num_sequences": num_sequences,
+        "num_tokens": num_tokens,
+        "capacity": capacity,
+        "efficiency": num_tokens / capacity if capacity else 0.0,
+        "padding": capacity - num_tokens,
+        "padding_ratio": (capacity - num_tokens) / capacity if capacity else 0.0,
+        "avg_seqs_per_bin": num_sequences / num_bins if num_bins else 0.0,
+    }
+
+
 def _weighted_percentile(values: np.ndarray, counts: np.ndarray, q: float) -> float:
     """numpy's linear percentile of the multiset {values[i] repeated counts[i] times}.
 
@@ -149,22 +170,14 @@ class PackingStats:
         num_bins = int(counts.sum())
         num_sequences = int((sizes * counts).sum())
         num_tokens = int((tokens * counts).sum())
-        capacity = num_bins * limit
         # One representation for both paths: distinct token counts with their number of bins.
         values, inverse = np.unique(tokens, return_inverse=True)
         weights = np.bincount(inverse.ravel(), weights=counts, minlength=len(values))
         weights = weights.astype(np.int64)
         p50, p90, p99 = (_weighted_percentile(values, weights, q) / limit for q in _QUANTILES)
         return cls(
-            num_bins=num_bins,
-            num_sequences=num_sequences,
-            num_tokens=num_tokens,
-            capacity=capacity,
+            **fill_figures(num_bins, num_sequences, num_tokens, limit),
             max_seq_len=limit,
-            efficiency=num_tokens / capacity if capacity else 0.0,
-            padding=capacity - num_tokens,
-            padding_ratio=(capacity - num_tokens) / capacity if capacity else 0.0,
-            avg_seqs_per_bin=num_sequences / num_bins if num_bins else 0.0,
             max_seqs_in_bin=int(sizes.max()) if sizes.size else 0,
             bin_fullness_p50=p50,
             bin_fullness_p90=p90,

@@ -33,7 +33,7 @@ from seqpack_cli.errors import ConfigError, InputError
 from seqpack_cli.histogram import BinTemplate, pack_length_histogram_batched
 from seqpack_cli.lengths import check_max_seq_len, check_max_seqs_per_bin, validate_length_array
 from seqpack_cli.progress import ProgressCallback
-from seqpack_cli.stats import PackingStats
+from seqpack_cli.stats import PackingStats, fill_figures
 
 __all__ = [
     "DEFAULT_SAMPLE_SIZE",
@@ -342,17 +342,9 @@ def _baseline(
     num_simulated: int,
     estimated: bool,
 ) -> BaselineStats:
-    capacity = num_bins * max_seq_len
     return BaselineStats(
         method=method,
-        num_bins=num_bins,
-        num_sequences=num_sequences,
-        num_tokens=num_tokens,
-        capacity=capacity,
-        efficiency=num_tokens / capacity if capacity else 0.0,
-        padding=capacity - num_tokens,
-        padding_ratio=(capacity - num_tokens) / capacity if capacity else 0.0,
-        avg_seqs_per_bin=num_sequences / num_bins if num_bins else 0.0,
+        **fill_figures(num_bins, num_sequences, num_tokens, max_seq_len),
         num_simulated=num_simulated,
         estimated=estimated,
     )

@@ -4,14 +4,17 @@
 `part=b/` folder and one with its columns in another order, with a length column `num_tokens`, a
 unique shuffled id column `doc_id` and a text column. `prepared_dir` is `seqpack prepare` run on
 it (max_seq_len 512, ids from `doc_id`). `write_parquet` writes one file from plain columns.
-Tests that change files copy them first.
+Tests that change files copy them first. `reference_packers` is benchmarks/reference_packers.py,
+the per-item packers the packing tests use as oracles (`from conftest import reference_packers`).
 """
 
 from __future__ import annotations
 
+import importlib.util
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
+from types import ModuleType
 from typing import Any
 
 import numpy as np
@@ -103,3 +106,18 @@ def prepared_dir(parquet_dataset: ParquetDataset, tmp_path_factory: pytest.TempP
     )
     prepare_dataset(config)
     return output
+
+
+def _load_reference_packers() -> ModuleType:
+    """benchmarks/reference_packers.py as a module (benchmarks/ is not a package)."""
+    path = Path(__file__).parents[1] / "benchmarks" / "reference_packers.py"
+    spec = importlib.util.spec_from_file_location("reference_packers", path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+# The per-item packers written for the benchmark are the oracles of the packing tests (one
+# obvious implementation each, shared rather than copied).
+reference_packers = _load_reference_packers()

@@ -120,6 +120,11 @@ def _invoke(*args: str):  # type: ignore[no-untyped-def]
     return runner.invoke(app, list(args), env={"COLUMNS": "150"})
 
 
+def _invoke_sweep(source: Path, *args: str):  # type: ignore[no-untyped-def]
+    """`seqpack stats SOURCE --length-column num_tokens ARGS...`: a sweep of parquet lengths."""
+    return _invoke("stats", str(source), "--length-column", "num_tokens", *args)
+
+
 def _one_line_error(result, exit_code: int = 1) -> str:  # type: ignore[no-untyped-def]
     assert result.exit_code == exit_code, result.output
     assert "Traceback" not in result.output
@@ -240,11 +245,8 @@ def test_directory_without_manifest(data_dir: Path) -> None:
 
 
 def test_sweep_json_agrees_with_numpy(data_dir: Path, lengths: np.ndarray) -> None:
-    result = _invoke(
-        "stats",
-        str(data_dir),
-        "--length-column",
-        "num_tokens",
+    result = _invoke_sweep(
+        data_dir,
         "--max-seq-len",
         "1024",
         "--max-seq-len",
@@ -280,20 +282,16 @@ def test_sweep_json_agrees_with_numpy(data_dir: Path, lengths: np.ndarray) -> No
 
 
 def test_max_seq_len_forms_agree(data_dir: Path) -> None:
-    base = ("stats", str(data_dir), "--length-column", "num_tokens", "--json")
-    repeated = _invoke(*base, "--max-seq-len", "512", "--max-seq-len", "256")
-    comma = _invoke(*base, "--max-seq-len", "256,512")
+    repeated = _invoke_sweep(data_dir, "--json", "--max-seq-len", "512", "--max-seq-len", "256")
+    comma = _invoke_sweep(data_dir, "--json", "--max-seq-len", "256,512")
     assert repeated.exit_code == comma.exit_code == 0
     assert json.loads(repeated.stdout) == json.loads(comma.stdout)
 
 
 def test_sweep_terminal_report_and_html(data_dir: Path, tmp_path: Path) -> None:
     target = tmp_path / "sweep.html"
-    result = _invoke(
-        "stats",
-        str(data_dir / "*.parquet"),
-        "--length-column",
-        "num_tokens",
+    result = _invoke_sweep(
+        data_dir / "*.parquet",
         "--max-seq-len",
         "256,512",
         "--html",
@@ -308,11 +306,8 @@ def test_sweep_terminal_report_and_html(data_dir: Path, tmp_path: Path) -> None:
 
 
 def test_sweep_every_option(data_dir: Path, tmp_path: Path) -> None:
-    result = _invoke(
-        "stats",
-        str(data_dir),
-        "--length-column",
-        "num_tokens",
+    result = _invoke_sweep(
+        data_dir,
         "--max-seq-len",
         "64",
         "--max-seqs-per-bin",
@@ -353,10 +348,9 @@ def test_sweep_over_a_prepared_dir_uses_its_counts(prepared_dir: Path) -> None:
 
 
 def test_usage_errors_exit_2(data_dir: Path) -> None:
-    base = ("stats", str(data_dir), "--length-column", "num_tokens")
-    result = _invoke(*base, "--max-seq-len", "abc")
+    result = _invoke_sweep(data_dir, "--max-seq-len", "abc")
     assert result.exit_code == 2 and "1024,2048" in result.output
-    result = _invoke(*base, "--max-seq-len", "0")
+    result = _invoke_sweep(data_dir, "--max-seq-len", "0")
     assert result.exit_code == 2
     # the issue's `--max-seq-len 1024 2048` form: 2048 lands among the inputs; say what to do
     result = _invoke(

@@ -225,9 +225,16 @@ BACKENDS = ["eager_bias_plus_causal", "eager_causal_flag", "sdpa", "flex", "varl
 QUIET_FLEX = pytest.mark.filterwarnings("ignore:.*flex_attention called without torch.compile")
 
 
-@QUIET_FLEX
-@pytest.mark.parametrize("rotary", [False, True], ids=["learned_positions", "rotary"])
-@pytest.mark.parametrize("name", BACKENDS)
+def every_backend(test: Callable[..., None]) -> Callable[..., None]:
+    """Run `test(name, rotary)` for every backend, with learned and with rotary positions."""
+    test = pytest.mark.parametrize("name", BACKENDS)(test)
+    test = pytest.mark.parametrize("rotary", [False, True], ids=["learned_positions", "rotary"])(
+        test
+    )
+    return QUIET_FLEX(test)
+
+
+@every_backend
 def test_packed_losses_equal_alone_losses(name: str, rotary: bool) -> None:
     sequences = make_sequences()
     model = make_model(rotary)
@@ -240,9 +247,7 @@ def test_packed_losses_equal_alone_losses(name: str, rotary: bool) -> None:
         torch.testing.assert_close(packed[seq_id], alone[seq_id], **TOLERANCE)
 
 
-@QUIET_FLEX
-@pytest.mark.parametrize("rotary", [False, True], ids=["learned_positions", "rotary"])
-@pytest.mark.parametrize("name", BACKENDS)
+@every_backend
 def test_packed_gradients_equal_summed_alone_gradients(name: str, rotary: bool) -> None:
     sequences = make_sequences()
     model = make_model(rotary)

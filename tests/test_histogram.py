@@ -2,12 +2,11 @@
 
 from __future__ import annotations
 
-import importlib.util
 import time
 from collections import Counter
-from pathlib import Path
 
 import pytest
+from conftest import reference_packers as reference
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -26,15 +25,6 @@ from seqpack_cli.histogram import (
 )
 from seqpack_cli.mffd import mffd_groups
 from seqpack_cli.patterns import pattern_groups
-
-# The per-item packers written for the benchmark are the oracles here (one obvious
-# implementation each, shared rather than copied).
-_spec = importlib.util.spec_from_file_location(
-    "reference_packers", Path(__file__).parents[1] / "benchmarks" / "reference_packers.py"
-)
-assert _spec is not None and _spec.loader is not None
-reference = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(reference)
 
 GROUPED = {
     "bfd": (pack_length_histogram_bfd, reference.bfd),

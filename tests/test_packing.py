@@ -2,12 +2,11 @@
 
 from __future__ import annotations
 
-import importlib.util
 from collections import Counter
-from pathlib import Path
 
 import numpy as np
 import pytest
+from conftest import reference_packers as reference
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -19,13 +18,6 @@ from seqpack_cli.packing import (
     pack_length_histogram,
     sort_indices_by_length,
 )
-
-_spec = importlib.util.spec_from_file_location(
-    "reference_packers", Path(__file__).parents[1] / "benchmarks" / "reference_packers.py"
-)
-assert _spec is not None and _spec.loader is not None
-reference = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(reference)
 
 PACKERS = [greedy_pack_sequences, heap_pack_sequences]
 
