@@ -26,7 +26,8 @@ __all__ = ["app"]
 class _SeqpackGroup(TyperGroup):
     """Turns library errors into one readable line; works under CliRunner and the console script."""
 
-    def invoke(self, ctx: typer.Context) -> Any:
+    # `ctx` is click's Context, which typer may vendor (typer>=0.29) or import (older): Any.
+    def invoke(self, ctx: Any) -> Any:
         try:
             return super().invoke(ctx)
         except SeqpackError as error:
