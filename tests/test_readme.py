@@ -41,10 +41,7 @@ def test_readme_examples_run(tmp_path: Path) -> None:
     env = dict(os.environ)
     env["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{env.get('PATH', '')}"
     for number, (kind, code) in enumerate(blocks, start=1):
-        if kind == "python":
-            args = [sys.executable, "-c", code]
-        else:
-            args = ["bash", "-c", code]
+        args = [sys.executable, "-c", code] if kind == "python" else ["bash", "-c", code]
         result = subprocess.run(
             args, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300
         )
