@@ -14,7 +14,7 @@ from conftest import ParquetDataset, make_dataset, write_parquet
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from seqpack_cli import scan
+from seqpack_cli import id_checks, pool_layout, pool_split, scan
 from seqpack_cli.errors import InputError
 
 SQL_DIR = Path(__file__).resolve().parent.parent / "sql"
@@ -201,15 +201,21 @@ def test_pools_match_numpy(parquet_dataset: ParquetDataset, tmp_path: Path, id_c
         )
 
 
+@pytest.mark.parametrize("path", ["id map", "scatter"])
 def test_pools_with_tiny_batches_units_remaps_and_merged_runs(
-    parquet_dataset: ParquetDataset, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    parquet_dataset: ParquetDataset, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, path: str
 ) -> None:
     # Shrink every size so each code path runs: many batches, re-mapping of the work file,
-    # multi-pool units, and big pools sorted in runs and merged.
-    monkeypatch.setattr(scan, "_BATCH_ROWS", 64)
-    monkeypatch.setattr(scan, "_REMAP_ROWS", 200)
-    monkeypatch.setattr(scan, "_UNIT_IDS", 50)
-    monkeypatch.setattr(scan, "_MAX_SORT_IDS", 8)
+    # multi-pool units, big pools sorted in runs and merged (scatter) or copied in chunks (id
+    # map), map chunks and parts smaller than the id span.
+    if path == "scatter":
+        monkeypatch.setattr(pool_layout, "MAX_MAP_IDS", 0)
+    monkeypatch.setattr(pool_layout, "MAP_CHUNK_IDS", 100)
+    monkeypatch.setattr(pool_layout, "MAP_COUNT_IDS", 300)
+    monkeypatch.setattr(pool_layout, "BATCH_ROWS", 64)
+    monkeypatch.setattr(pool_layout, "REMAP_ROWS", 200)
+    monkeypatch.setattr(pool_layout, "UNIT_IDS", 50)
+    monkeypatch.setattr(pool_layout, "MAX_SORT_IDS", 8)
     pools, _ = _scan_pools(
         parquet_dataset.files, parquet_dataset.counts(), id_column="doc_id", tmp_path=tmp_path
     )
@@ -255,11 +261,11 @@ def test_pools_property(tmp_path_factory, lengths, cut, step, seed) -> None:
 
 
 def test_units_keep_big_pools_alone(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(scan, "_UNIT_IDS", 10)
-    monkeypatch.setattr(scan, "_MAX_SORT_IDS", 20)
+    monkeypatch.setattr(pool_layout, "UNIT_IDS", 10)
+    monkeypatch.setattr(pool_layout, "MAX_SORT_IDS", 20)
     # Pool sizes 3, 4, 30 (big), 5, 6, 2, 25 (big), 1: big pools get units of their own, the
     # others are grouped until a unit reaches 10 ids.
-    layout = scan._Layout(
+    layout = pool_layout.Layout(
         {length: size for length, size in enumerate([3, 4, 30, 5, 6, 2, 25, 1], 1)}
     )
     assert layout.units() == [(0, 2), (2, 3), (3, 5), (5, 6), (6, 7), (7, 8)]
@@ -271,7 +277,7 @@ def test_sort_pools_sorts_only_what_needs_it(offset: int, spread: int) -> None:
     # Pools [5 7 9] (ascending), [3] (single), [8 2 4] (not), [1 6] (ascending; the drop from 4
     # to 1 sits on a pool boundary, which is not disorder).
     values = np.array([5, 7, 9, 3, 8, 2, 4, 1, 6]) * spread + offset
-    scan._sort_pools(values, np.array([0, 3, 4, 7, 9]))
+    pool_split.sort_pools(values, np.array([0, 3, 4, 7, 9]))
     expected = np.array([5, 7, 9, 3, 2, 4, 8, 1, 6]) * spread + offset
     np.testing.assert_array_equal(values, expected)
 
@@ -279,13 +285,13 @@ def test_sort_pools_sorts_only_what_needs_it(offset: int, spread: int) -> None:
 def test_merged_runs_sorts_a_pool_larger_than_memory_runs(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(scan, "_MAX_SORT_IDS", 1000)
+    monkeypatch.setattr(pool_layout, "MAX_SORT_IDS", 1000)
     rng = np.random.default_rng(1)
     values = rng.integers(-(2**62), 2**62, 25_000)
     values[:3000] = np.sort(values[:3000])  # a run that is already sorted is left alone
     path = tmp_path / "flat.bin"
     np.concatenate([[5, 6], values, [7]]).astype(np.int64).tofile(path)
-    chunks = list(scan._merged_runs(path, 2, values.size))
+    chunks = list(pool_split.merged_runs(path, 2, values.size))
     np.testing.assert_array_equal(np.concatenate(chunks), np.sort(values))
 
 
@@ -323,7 +329,7 @@ def test_sparse_duplicate_check_survives_hash_collisions(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     # A 2**4-bit bitmap makes almost every id a candidate; DuckDB then clears them all.
-    monkeypatch.setattr(scan._BitmapIdCheck, "max_bits_log2", 4)
+    monkeypatch.setattr(id_checks.BitmapIdCheck, "max_bits_log2", 4)
     ids = np.arange(200, dtype=np.int64) * 2**40
     path = write_parquet(
         tmp_path / "a.parquet", {"num_tokens": np.arange(200) % 5 + 1, "doc_id": ids}
@@ -337,8 +343,8 @@ def test_sparse_duplicate_check_survives_hash_collisions(
 def test_sparse_duplicate_check_falls_back_to_duckdb_past_the_candidate_cap(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(scan._BitmapIdCheck, "max_bits_log2", 4)
-    monkeypatch.setattr(scan._BitmapIdCheck, "max_candidates", 3)
+    monkeypatch.setattr(id_checks.BitmapIdCheck, "max_bits_log2", 4)
+    monkeypatch.setattr(id_checks.BitmapIdCheck, "max_candidates", 3)
     ids = np.arange(100, dtype=np.int64) * 2**40
     ids[50] = ids[10]
     path = write_parquet(tmp_path / "a.parquet", {"num_tokens": np.full(100, 4), "doc_id": ids})
@@ -348,15 +354,86 @@ def test_sparse_duplicate_check_falls_back_to_duckdb_past_the_candidate_cap(
         _scan_pools([path], {4: 100}, id_column="doc_id", tmp_path=tmp_path)
 
 
-def test_changed_inputs_are_detected(parquet_dataset: ParquetDataset, tmp_path: Path) -> None:
+@pytest.mark.parametrize("id_column", [None, "doc_id"])
+@pytest.mark.parametrize("path", ["id map", "scatter"])
+def test_changed_inputs_are_detected(
+    parquet_dataset: ParquetDataset,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    path: str,
+    id_column: str | None,
+) -> None:
+    if path == "scatter":
+        monkeypatch.setattr(pool_layout, "MAX_MAP_IDS", 0)
     counts = parquet_dataset.counts()
     first = next(iter(counts))
     counts[first] += 1  # as if a row vanished between the two passes
     with pytest.raises(InputError, match="the inputs changed while prepare was reading them"):
-        _scan_pools(parquet_dataset.files, counts, id_column=None, tmp_path=tmp_path)
+        _scan_pools(parquet_dataset.files, counts, id_column=id_column, tmp_path=tmp_path)
 
 
 def test_fixture_dataset_round_trips(tmp_path: Path) -> None:
     data = make_dataset(tmp_path, num_rows=50, seed=3)
     histogram = scan.scan_length_histogram(data.files, "num_tokens")
     assert histogram == data.counts()
+
+
+@pytest.mark.parametrize("id_column", ["doc_id", None])
+def test_bounded_id_spans_are_never_sorted(
+    parquet_dataset: ParquetDataset, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, id_column
+) -> None:
+    # Row indexes and dense id columns take the id map, whose pools come out ascending: the
+    # split must neither sort nor merge.
+    def refuse(*args, **kwargs):
+        raise AssertionError("sorted a pool on the id-map path")
+
+    monkeypatch.setattr(pool_split, "sort_pools", refuse)
+    monkeypatch.setattr(pool_split, "merged_runs", refuse)
+    monkeypatch.setattr(pool_layout, "MAX_SORT_IDS", 8)  # big pools: copied in chunks
+    pools, _ = _scan_pools(
+        parquet_dataset.files, parquet_dataset.counts(), id_column=id_column, tmp_path=tmp_path
+    )
+    _assert_pools_equal(pools, parquet_dataset.pools(by_row_index=id_column is None))
+
+
+def test_footer_id_bounds_pick_the_path(tmp_path: Path) -> None:
+    from seqpack_cli import id_map, pools
+
+    ids = np.array([5, 9, 7, 100], dtype=np.int64)
+    path = write_parquet(tmp_path / "a.parquet", {"num_tokens": [1, 2, 1, 2], "doc_id": ids})
+    files = scan.inspect_inputs([path], "num_tokens", "doc_id")
+    assert pools._footer_id_bounds(files, "doc_id") == (5, 100)
+    layout = pool_layout.Layout({1: 2, 2: 2})
+    assert id_map.fits(layout, 5, 100)
+    assert not id_map.fits(layout, 0, pool_layout.MAX_MAP_IDS)
+    # Without statistics there are no bounds, so the scatter path runs, with the same pools.
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    bare = tmp_path / "bare" / "a.parquet"
+    bare.parent.mkdir()
+    pq.write_table(
+        pa.table({"num_tokens": [1, 2, 1, 2], "doc_id": ids}), bare, write_statistics=False
+    )
+    bare_files = scan.inspect_inputs([bare], "num_tokens", "doc_id")
+    assert pools._footer_id_bounds(bare_files, "doc_id") is None
+    got, result = _scan_pools([bare], {1: 2, 2: 2}, id_column="doc_id", tmp_path=tmp_path)
+    _assert_pools_equal(got, {1: np.array([5, 7]), 2: np.array([9, 100])})
+    assert (result.id_min, result.id_max) == (5, 100)
+
+
+def test_ids_outside_the_footer_bounds_mean_changed_inputs() -> None:
+    from seqpack_cli import id_map
+
+    ids = id_map.IdMap(pool_layout.Layout({3: 2}), 10, 20)
+    ids.add(np.array([3]), np.array([10]))
+    with pytest.raises(InputError, match="the inputs changed"):
+        ids.add(np.array([3]), np.array([21]))
+
+
+def test_scan_still_exports_the_pools_pass() -> None:
+    from seqpack_cli import pools
+
+    assert scan.scan_pools is pools.scan_pools and scan.PoolScan is pools.PoolScan
+    with pytest.raises(AttributeError):
+        scan.no_such_name  # noqa: B018

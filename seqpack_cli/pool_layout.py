@@ -1,0 +1,100 @@
+"""Where each length's pool sits in the pools pass's flat work file, and the pass's tunables.
+
+The flat work file holds every pool back to back, lengths ascending, at offsets known from the
+histogram's counts; both ways of filling it (`pool_scatter`, `id_map`) and the split into
+`pools/{length}.npy` (`pool_split`) share this layout. The sizes below are read at call time
+(`pool_layout.NAME`), so tests can shrink them to reach every code path with small data.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from typing import Any
+
+import numpy as np
+
+from seqpack_cli.errors import InputError
+
+__all__ = ["Layout", "changed_error", "read_ids"]
+
+BATCH_ROWS = 1 << 19
+"""Rows per Arrow batch streamed from DuckDB."""
+REMAP_ROWS = 1 << 23
+"""Ids written through one mapping of the work file before it is re-mapped, so written pages
+leave this process's RSS (they stay in the page cache)."""
+UNIT_IDS = 1 << 21
+"""Split work unit: consecutive pools holding about this many ids (16 MiB)."""
+MAX_SORT_IDS = 1 << 22
+"""A larger pool that needs sorting is sorted in runs of this size, then merged (32 MiB)."""
+MAX_MAP_IDS = 1 << 27
+"""Id spans up to this use the id -> length map (`id_map`, 2 bytes per possible id: 256 MiB at
+most); wider spans use the scatter by length and sort pools (`pool_scatter`)."""
+MAP_CHUNK_IDS = 1 << 16
+"""Ids per step when the map is turned into pools: small enough for the stable radix argsort of
+the chunk's uint16 codes to stay in cache, large enough that each pool gets a run of ids per step
+(measured best of 2**14..2**19: 16-20 ns per id written, page faults included)."""
+MAP_COUNT_IDS = 1 << 20
+"""Ids per step when the map's codes are counted (bincount copies them as int64: 8 MiB)."""
+MAX_WORKERS = 8
+
+
+def num_workers(threads: int | None) -> int:
+    """Worker threads for placing and splitting: `threads`, or every core, capped."""
+    return max(1, min(threads or os.cpu_count() or 1, MAX_WORKERS))
+
+
+def changed_error() -> InputError:
+    """The error for a second pass that disagrees with the first (files rewritten meanwhile)."""
+    return InputError(
+        "the inputs changed while prepare was reading them (the second pass saw rows the first "
+        "did not); re-run prepare once nothing is writing to the input files"
+    )
+
+
+class Layout:
+    """Where each length's pool sits in the flat work file: pools back to back, ascending."""
+
+    def __init__(self, counts: Mapping[int, int]) -> None:
+        self.lengths = np.array(sorted(counts), dtype=np.int64)
+        self.sizes = np.array([counts[int(x)] for x in self.lengths], dtype=np.int64)
+        self.starts = np.zeros(len(self.lengths) + 1, dtype=np.int64)
+        np.cumsum(self.sizes, out=self.starts[1:])
+        self.num_ids = int(self.starts[-1])
+        # Dense index of each length; `num` (one past the last) marks lengths not in the counts.
+        num = len(self.lengths)
+        index_dtype = np.uint16 if num < np.iinfo(np.uint16).max else np.uint32
+        self.index = np.full(int(self.lengths[-1]) + 2, num, dtype=index_dtype)
+        self.index[self.lengths] = np.arange(num)
+
+    def units(self) -> list[tuple[int, int]]:
+        """The split's units of work: runs of consecutive pools of about `UNIT_IDS` ids, and
+        each pool over `MAX_SORT_IDS` alone (it is sorted in runs and merged, never whole)."""
+        units = []
+        first = 0
+        for position, size in enumerate(self.sizes.tolist()):
+            if size > MAX_SORT_IDS:
+                if first < position:
+                    units.append((first, position))
+                units.append((position, position + 1))
+                first = position + 1
+            elif self.starts[position + 1] - self.starts[first] >= UNIT_IDS:
+                units.append((first, position + 1))
+                first = position + 1
+        if first < len(self.sizes):
+            units.append((first, len(self.sizes)))
+        return units
+
+
+def read_ids(handle: Any, start: int, count: int) -> np.ndarray:
+    """`count` int64 ids of the open work file from id position `start`."""
+    ids = np.empty(count, dtype=np.int64)
+    handle.seek(8 * start)
+    view = ids.data.cast("B")
+    got = 0
+    while got < len(view):
+        read = handle.readinto(view[got:])
+        if not read:
+            raise changed_error()
+        got += read
+    return ids

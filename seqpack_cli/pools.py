@@ -1,0 +1,303 @@
+"""The pools pass of `seqpack prepare`: one streaming pass over (length, id) -> one ascending
+`pools/{length}.npy` per length, in memory that does not grow with the rows (DESIGN.md decision 6).
+
+DuckDB streams (length, id) in Arrow batches, decoded one step ahead by a thread. The ids go to a
+flat work file (8 bytes per id, in the job's work folder, deleted at the end) that holds the pools
+back to back at offsets known from the histogram (`pool_layout`), in one of two ways:
+
+- ids spanning at most `MAX_MAP_IDS` values (row indexes, dense id columns): `id_map` records each
+  id's length in a bounded map and writes the pools out ascending, with no sort;
+- wider (sparse) id spans: `pool_scatter` puts ids at their pool's next slot as they stream, and
+  the pools are sorted when they are split.
+
+Then `pool_split` cuts the work file into the pool files, several threads at a time, and the ids
+are checked for duplicates (`id_checks`). In RAM: a few batches, the map (at most 256 MiB) or the
+duplicate check (at most 128 MiB), and one split unit per worker (16-32 MiB); only one file is open
+per worker whatever the number of distinct lengths.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import queue
+import threading
+import time
+from collections.abc import Callable, Generator, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import duckdb
+import numpy as np
+import pyarrow.parquet as pq
+
+from seqpack_cli import id_map, pool_layout
+from seqpack_cli.errors import InputError
+from seqpack_cli.id_checks import check_duplicates, id_check
+from seqpack_cli.pool_layout import Layout, num_workers
+from seqpack_cli.pool_scatter import scatter
+from seqpack_cli.pool_split import PoolSink, split_pools
+from seqpack_cli.progress import ProgressCallback
+from seqpack_cli.scan import InputFile, first_line, load_sql, location, one_row, read_error
+
+__all__ = ["PoolScan", "PoolSink", "scan_pools"]
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class PoolScan:
+    """What the pools pass saw besides the pools."""
+
+    num_ids: int
+    id_min: int | None
+    id_max: int | None
+
+
+class _NullIds(Exception):
+    """Raised by the batch producer when the id column holds NULLs (worded by the caller)."""
+
+
+_DONE = object()
+
+
+def _stream_batches(
+    con: duckdb.DuckDBPyConnection, sql: str, params: Mapping[str, Any]
+) -> Generator[list[np.ndarray], None, None]:
+    """A query's Arrow batches as numpy columns, fetched by a thread one step ahead.
+
+    DuckDB decodes the next batches (without the GIL) while the caller places this one.
+    """
+    batches: queue.Queue[Any] = queue.Queue(maxsize=2)
+    stop = threading.Event()
+
+    def put(item: Any) -> bool:
+        while not stop.is_set():
+            try:
+                batches.put(item, timeout=0.1)
+                return True
+            except queue.Full:
+                continue
+        return False
+
+    def produce() -> None:
+        reader = None
+        try:
+            reader = con.sql(sql, params=dict(params)).to_arrow_reader(pool_layout.BATCH_ROWS)
+            for batch in reader:
+                if any(column.null_count for column in batch.columns):
+                    raise _NullIds
+                columns = [column.to_numpy(zero_copy_only=False) for column in batch.columns]
+                if not put(columns):
+                    return
+            put(_DONE)
+        except BaseException as error:  # handed to the consuming thread
+            put(error)
+        finally:
+            # Release the result now: DuckDB runs no other query on this connection until then
+            # (and the error's traceback would otherwise keep it alive).
+            if reader is not None:
+                reader.close()
+
+    producer = threading.Thread(target=produce, name="seqpack-scan", daemon=True)
+    producer.start()
+    try:
+        while (item := batches.get()) is not _DONE:
+            if isinstance(item, BaseException):
+                raise item
+            yield item
+    finally:
+        if producer.is_alive():
+            stop.set()
+            con.interrupt()
+            producer.join()
+
+
+def _footer_id_bounds(files: Sequence[InputFile], id_column: str) -> tuple[int, int] | None:
+    """The id column's [min, max] from the parquet footers' statistics; None where any row group
+    lacks them (the pass then takes the path that needs no bounds)."""
+    low: int | None = None
+    high: int | None = None
+    for file in files:
+        metadata = pq.read_metadata(file.path)
+        names = [metadata.schema.column(i).path for i in range(metadata.num_columns)]
+        if id_column not in names:
+            return None
+        column = names.index(id_column)
+        for group in range(metadata.num_row_groups):
+            row_group = metadata.row_group(group)
+            if not row_group.num_rows:
+                continue
+            stats = row_group.column(column).statistics
+            if stats is None or not stats.has_min_max or not isinstance(stats.min, int):
+                return None
+            low = stats.min if low is None else min(low, stats.min)
+            high = stats.max if high is None else max(high, stats.max)
+    return None if low is None or high is None else (int(low), int(high))
+
+
+def _null_ids_error(
+    con: duckdb.DuckDBPyConnection, files: Sequence[InputFile], id_column: str | None
+) -> InputError:
+    params = {"paths": [file.path.as_posix() for file in files], "id_column": id_column}
+    file_index, row, num_null = one_row(con, "first_null_id", params)
+    return InputError(
+        f"id column {id_column!r} (--id-column) has {num_null} NULL ids, the first in "
+        f"{location(files, file_index, row)}; ids must be non-null: fill them, or drop "
+        "--id-column to use row indexes as ids"
+    )
+
+
+def _place_by_map(
+    con: duckdb.DuckDBPyConnection,
+    batches: Generator[list[np.ndarray], None, None],
+    to_ids: Callable[[list[np.ndarray]], np.ndarray],
+    ids: id_map.IdMap,
+    flat_path: Path,
+    files: Sequence[InputFile],
+    id_column: str | None,
+    work_dir: Path,
+    *,
+    workers: int,
+    progress: ProgressCallback | None,
+) -> tuple[int | None, int | None]:
+    """Fill the map while DuckDB streams, check it, and write the pools ascending to the work
+    file; returns the (min, max) id placed."""
+    low, high = ids.fill(
+        ((columns[0], to_ids(columns)) for columns in batches), workers=workers, progress=progress
+    )
+    batches.close()
+    filled = time.perf_counter()
+    parts, counts = ids.count(workers)
+    if ids.num_filled(counts) != ids.layout.num_ids:
+        # Fewer slots than rows: some id occurred twice (DuckDB counts and locates them).
+        if id_column is not None:
+            check_duplicates(con, None, ids.layout.num_ids, files, id_column, work_dir)
+        raise pool_layout.changed_error()
+    ids.check_counts(counts)
+    counted = time.perf_counter()
+    ids.write_flat(flat_path, parts, counts)
+    logger.info(
+        "id map: counted in %.2fs, pools written ascending in %.2fs",
+        counted - filled,
+        time.perf_counter() - counted,
+    )
+    return low, high
+
+
+def scan_pools(
+    con: duckdb.DuckDBPyConnection,
+    files: Sequence[InputFile],
+    length_column: str,
+    counts: Mapping[int, int],
+    *,
+    id_column: str | None,
+    max_seq_len: int,
+    work_dir: Path,
+    write_pool: PoolSink,
+    workers: int | None = None,
+    progress: ProgressCallback | None = None,
+) -> PoolScan:
+    """Stream (length, id) once and write every length's ascending pool through `write_pool`.
+
+    `counts` is the histogram of the lengths kept (all <= max_seq_len). Ids are the id column
+    (checked: non-null, unique) or, without one, global row indexes over `files` in their order.
+    The flat work file (8 bytes per id) lives in `work_dir` and is deleted at the end.
+    """
+    started = time.perf_counter()
+    layout = Layout(counts)
+    num_threads = num_workers(workers)
+    paths = [file.path.as_posix() for file in files]
+    params: dict[str, Any] = {
+        "paths": paths,
+        "length_column": length_column,
+        "max_seq_len": max_seq_len,
+    }
+    to_ids: Callable[[list[np.ndarray]], np.ndarray]
+    bounds: tuple[int, int] | None
+    if id_column is None:
+        sql = load_sql("pool_rows_by_position")
+        row_offsets = np.zeros(len(files), dtype=np.int64)
+        np.cumsum([file.num_rows for file in files[:-1]], out=row_offsets[1:])
+        bounds = (0, max(sum(file.num_rows for file in files) - 1, 0))
+
+        def to_ids(columns: list[np.ndarray]) -> np.ndarray:
+            return row_offsets[columns[1]] + columns[2]
+    else:
+        sql = load_sql("pool_rows_by_id")
+        params["id_column"] = id_column
+        bounds = _footer_id_bounds(files, id_column)
+
+        def to_ids(columns: list[np.ndarray]) -> np.ndarray:
+            return columns[1]
+
+    by_map = bounds is not None and id_map.fits(layout, *bounds)
+    flat_path = work_dir / "ids.bin"
+    with open(flat_path, "wb") as handle:
+        handle.truncate(8 * layout.num_ids)
+    batches = _stream_batches(con, sql, params)
+    check = None
+    try:
+        if by_map:
+            assert bounds is not None
+            id_min, id_max = _place_by_map(
+                con,
+                batches,
+                to_ids,
+                id_map.IdMap(layout, *bounds),
+                flat_path,
+                files,
+                id_column,
+                work_dir,
+                workers=num_threads,
+                progress=progress,
+            )
+        else:
+            id_min, id_max = scatter(
+                batches,
+                layout,
+                flat_path,
+                to_ids,
+                workers=num_threads,
+                track_range=id_column is not None,
+                progress=progress,
+            )
+    except _NullIds:
+        raise _null_ids_error(con, files, id_column) from None
+    except duckdb.ConversionException as error:
+        # DuckDB's message names the column and the value.
+        raise InputError(
+            f"{first_line(error)}; lengths and ids must fit in a signed 64-bit integer: renumber "
+            "the ids, or drop --id-column to use row indexes as ids"
+        ) from None
+    except duckdb.Error as error:
+        raise read_error(error) from None
+    finally:
+        batches.close()  # stops the producer thread now, not when the generator is collected
+    if id_column is None:
+        id_min = id_max = None  # row indexes: the manifest records no id range
+    placed = time.perf_counter()
+    logger.info(
+        "pools pass (%s): %d ids placed in %.2fs",
+        "id map" if by_map else "scatter",
+        layout.num_ids,
+        placed - started,
+    )
+    if not by_map and id_column is not None and id_min is not None and id_max is not None:
+        check = id_check(id_min, id_max)
+    split_pools(
+        layout,
+        flat_path,
+        check,
+        write_pool,
+        workers=num_threads,
+        progress=progress,
+        ascending=by_map,
+    )
+    os.unlink(flat_path)
+    logger.info("split into %d pools in %.2fs", len(layout.lengths), time.perf_counter() - placed)
+    if check is not None:
+        assert id_column is not None
+        check_duplicates(con, check, layout.num_ids, files, id_column, work_dir)
+    return PoolScan(layout.num_ids, id_min, id_max)
