@@ -16,16 +16,26 @@ Prints, in one run:
    RSS (sampled from /proc/self/status; ru_maxrss also counts the file pages of the memory-mapped
    pools that were read) and checks that every id came exactly once.
 
+Sections 1 and 3 also time `plan.bin_arrays` (flat int64 ids and CSR offsets, no Python object
+per id) over the whole epoch, in slices of 65,536 bins.
+
+With `--baseline PATH` (an older `epoch.py`, e.g. a copy of the last committed one outside the
+repository; its directory goes on sys.path, so a copied `seeding.py` next to it can be imported by
+it), that version's EpochPlan is timed side by side: in section 1 in the same process, in section
+3 in a fresh child process of its own.
+
 Times are CPU seconds of the process (time.process_time: the machine may be shared) and wall
 seconds; numpy runs these operations on one core.
 
     python benchmarks/bench_epoch.py            # full run (1e7 per distribution, 1e8 memory test)
     python benchmarks/bench_epoch.py --quick    # small sizes (seconds)
+    python benchmarks/bench_epoch.py --baseline /tmp/old/epoch.py
 """
 
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import json
 import os
 import resource
@@ -49,6 +59,22 @@ from seqpack_cli.histogram import pack_length_histogram_batched
 from seqpack_cli.seeding import seed_from_components
 
 SEED = seed_from_components(0)
+ARRAY_SLICE_BINS = 1 << 16
+
+
+def load_epoch_module(path: str | None) -> Any:
+    """The module at `path` (an older epoch.py to compare with), or seqpack_cli.epoch."""
+    if not path:
+        import seqpack_cli.epoch
+
+        return seqpack_cli.epoch
+    source = Path(path).resolve()
+    sys.path.insert(0, str(source.parent))
+    spec = importlib.util.spec_from_file_location("baseline_epoch", source)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
 
 
 # ---------------------------------------------------------------- helpers
@@ -101,6 +127,17 @@ def _rate(num_ids: int, seconds: float) -> str:
     return f"{num_ids / seconds / 1e6:.2f}" if seconds > 0 else "inf"
 
 
+def _consume_arrays(plan: EpochPlan) -> tuple[int, float]:
+    """The whole epoch through `bin_arrays`; return (ids, cpu seconds)."""
+    cpu = time.process_time()
+    num_ids = 0
+    for first in range(0, len(plan), ARRAY_SLICE_BINS):
+        ids, offsets = plan.bin_arrays(first, first + ARRAY_SLICE_BINS)
+        num_ids += len(ids)
+        assert len(offsets) == min(ARRAY_SLICE_BINS, len(plan) - first) + 1
+    return num_ids, time.process_time() - cpu
+
+
 # ---------------------------------------------------------------- the reference's naive epoch
 
 
@@ -143,7 +180,7 @@ def naive_epoch_vectorised(templates: Counter, pools: dict, seed: int) -> Iterat
 # ---------------------------------------------------------------- sections 1 and 2
 
 
-def throughput(names: list[str], num_sequences: int) -> None:
+def throughput(names: list[str], num_sequences: int, baseline: Any) -> None:
     rows = []
     for name in names:
         templates, counts = _problem(name, num_sequences)
@@ -152,36 +189,41 @@ def throughput(names: list[str], num_sequences: int) -> None:
         num_ids, cpu, wall = _consume(iter(seeded))
         assert num_ids == seeded.num_sequences
         _, cpu_plain, _ = _consume(iter(EpochPlan(templates, pools)))
-        rows.append(
-            [
-                name,
-                distributions.DEFAULT_MAX_SEQ_LEN[name],
-                f"{num_ids:,}",
-                len(counts),
-                len(templates),
-                f"{num_ids / len(seeded):.2f}",
-                f"{cpu:.2f}",
-                f"{wall:.2f}",
-                _rate(num_ids, cpu),
-                _rate(num_ids, cpu_plain),
-            ]
-        )
-    _table(
-        "EpochPlan iteration, one core (bins as lists of Python ints)",
-        [
-            "distribution",
-            "max_seq_len",
-            "N",
-            "lengths",
-            "templates",
-            "ids/bin",
-            "cpu s",
-            "wall s",
-            "M ids/s seeded",
-            "M ids/s no seed",
-        ],
-        rows,
-    )
+        _, cpu_arrays = _consume_arrays(EpochPlan(templates, pools, SEED))
+        row = [
+            name,
+            distributions.DEFAULT_MAX_SEQ_LEN[name],
+            f"{num_ids:,}",
+            len(counts),
+            len(templates),
+            f"{num_ids / len(seeded):.2f}",
+            f"{cpu:.2f}",
+            f"{wall:.2f}",
+            _rate(num_ids, cpu),
+            _rate(num_ids, cpu_plain),
+            _rate(num_ids, cpu_arrays),
+        ]
+        if baseline is not None:
+            old_plan = baseline.EpochPlan(templates, pools, SEED)
+            _, cpu_old, _ = _consume(iter(old_plan))
+            row += [_rate(num_ids, cpu_old), f"{cpu_old / cpu:.2f}x"]
+        rows.append(row)
+    header = [
+        "distribution",
+        "max_seq_len",
+        "N",
+        "lengths",
+        "templates",
+        "ids/bin",
+        "cpu s",
+        "wall s",
+        "M ids/s seeded",
+        "M ids/s no seed",
+        "M ids/s arrays",
+    ]
+    if baseline is not None:
+        header += ["M ids/s baseline", "speed-up"]
+    _table("EpochPlan iteration, one core (bins as lists of Python ints; cpu time)", header, rows)
 
 
 def against_naive(name: str, num_sequences: int) -> None:
@@ -262,18 +304,23 @@ def write_pools(counts: dict[int, int], directory: Path) -> int:
     return sum(path.stat().st_size for path in directory.iterdir())
 
 
-def memory_child(directory: Path, templates_path: Path, slice_bins: int) -> dict[str, Any]:
-    """Run in a fresh process: iterate the epoch over memory-mapped pools and measure."""
+def memory_child(
+    directory: Path, templates_path: Path, slice_bins: int, module_path: str
+) -> dict[str, Any]:
+    """Run in a fresh process: iterate the epoch over memory-mapped pools and measure. With a
+    `module_path` (a baseline epoch.py), only the whole epoch is timed."""
     rss_start = _status_kib("VmRSS")
+    module = load_epoch_module(module_path)
     pairs = json.loads(templates_path.read_text())
     templates = Counter({tuple(template): count for template, count in pairs})
     pools = {int(path.stem): np.load(path, mmap_mode="r") for path in directory.glob("*.npy")}
     cpu0 = time.process_time()
-    plan = EpochPlan(templates, pools, SEED)
+    plan = module.EpochPlan(templates, pools, SEED)
     build = time.process_time() - cpu0
 
     # 1. the whole epoch, timed, sampling the anonymous RSS every ~100k bins
     anon_peak = _status_kib("RssAnon")
+    faults0 = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
     cpu0, wall0 = time.process_time(), time.perf_counter()
     num_ids = 0
     for number, ids in enumerate(plan):
@@ -281,8 +328,22 @@ def memory_child(directory: Path, templates_path: Path, slice_bins: int) -> dict
         if number % 100_000 == 0:
             anon_peak = max(anon_peak, _status_kib("RssAnon"))
     cpu, wall = time.process_time() - cpu0, time.perf_counter() - wall0
+    faults = resource.getrusage(resource.RUSAGE_SELF).ru_minflt - faults0
+    result = {
+        "num_sequences": plan.num_sequences,
+        "epoch_ids": num_ids,
+        "epoch_cpu_s": cpu,
+        "epoch_wall_s": wall,
+        "epoch_minor_faults": faults,
+    }
+    if module_path:
+        return result
 
-    # 2. tracemalloc peaks of a slice and of a slice 4x longer: flat if nothing grows
+    # 2. the whole epoch again as arrays
+    array_ids, array_cpu = _consume_arrays(plan)
+    assert array_ids == num_ids
+
+    # 3. tracemalloc peaks of a slice and of a slice 4x longer: flat if nothing grows
     peaks = []
     for length in (slice_bins, 4 * slice_bins):
         tracemalloc.start()
@@ -292,24 +353,22 @@ def memory_child(directory: Path, templates_path: Path, slice_bins: int) -> dict
         peaks.append(tracemalloc.get_traced_memory()[1])
         tracemalloc.stop()
 
-    # 3. every id exactly once (ids are 0..N-1): a bitmap, after the measurements
+    # 4. every id exactly once (ids are 0..N-1): a bitmap, after the measurements
     seen = np.zeros(plan.num_sequences, dtype=bool)
     count = 0
-    for first in range(0, len(plan), plan._batch_bins):
-        ids, _ = plan._ids_of(first, min(first + plan._batch_bins, len(plan)))
+    for first in range(0, len(plan), ARRAY_SLICE_BINS):
+        ids, _ = plan.bin_arrays(first, first + ARRAY_SLICE_BINS)
         seen[ids] = True
         count += len(ids)
     exactly_once = bool(count == plan.num_sequences and seen.all())
 
     return {
-        "num_sequences": plan.num_sequences,
+        **result,
         "num_bins": len(plan),
         "num_lengths": len(pools),
         "num_templates": len(templates),
         "build_cpu_s": build,
-        "epoch_ids": num_ids,
-        "epoch_cpu_s": cpu,
-        "epoch_wall_s": wall,
+        "arrays_cpu_s": array_cpu,
         "tracemalloc_peaks": peaks,
         "slice_bins": [slice_bins, 4 * slice_bins],
         "rss_start_kib": rss_start,
@@ -328,7 +387,25 @@ def _take(plan: EpochPlan, num_bins: int) -> Iterator[list[int]]:
         yield ids
 
 
-def memory_test(name: str, num_sequences: int, slice_bins: int) -> None:
+def _run_child(directory: Path, templates_path: Path, slice_bins: int, module: str) -> dict:
+    child = subprocess.run(
+        [
+            sys.executable,
+            __file__,
+            "--memory-child",
+            str(directory),
+            str(templates_path),
+            str(slice_bins),
+            module,
+        ],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    return json.loads(child.stdout)
+
+
+def memory_test(name: str, num_sequences: int, slice_bins: int, baseline_path: str) -> None:
     templates, counts = _problem(name, num_sequences)
     with tempfile.TemporaryDirectory(prefix="seqpack-bench-epoch-", dir="/tmp") as scratch:
         directory = Path(scratch) / "pools"
@@ -338,22 +415,23 @@ def memory_test(name: str, num_sequences: int, slice_bins: int) -> None:
         write = time.perf_counter() - wall0
         templates_path = Path(scratch) / "templates.json"
         templates_path.write_text(json.dumps([[list(t), c] for t, c in templates.items()]))
-        child = subprocess.run(
-            [
-                sys.executable,
-                __file__,
-                "--memory-child",
-                str(directory),
-                str(templates_path),
-                str(slice_bins),
-            ],
-            capture_output=True,
-            text=True,
-            check=True,
+        result = _run_child(directory, templates_path, slice_bins, "")
+        old = (
+            _run_child(directory, templates_path, slice_bins, baseline_path)
+            if baseline_path
+            else None
         )
-        result = json.loads(child.stdout)
     n = result["num_sequences"]
     peaks = result["tracemalloc_peaks"]
+
+    def epoch_row(label: str, run: dict[str, Any]) -> list[str]:
+        rate = _rate(run["epoch_ids"], run["epoch_cpu_s"])
+        return [
+            label,
+            f"{run['epoch_cpu_s']:.1f} s / {run['epoch_wall_s']:.1f} s = {rate} M ids/s (cpu), "
+            f"{run['epoch_minor_faults']:,} minor page faults",
+        ]
+
     _table(
         f"memory test: {name}, {n:,} sequences, pools memory-mapped from disk",
         ["measure", "value"],
@@ -369,10 +447,12 @@ def memory_test(name: str, num_sequences: int, slice_bins: int) -> None:
             ],
             ["bins", f"{result['num_bins']:,}"],
             ["EpochPlan build (cpu)", f"{result['build_cpu_s'] * 1e3:.0f} ms"],
+            epoch_row("whole epoch as lists, cpu / wall", result),
+            *([epoch_row("  baseline (fresh process), cpu / wall", old)] if old else []),
             [
-                "whole epoch, cpu / wall",
-                f"{result['epoch_cpu_s']:.1f} s / {result['epoch_wall_s']:.1f} s "
-                f"= {_rate(result['epoch_ids'], result['epoch_cpu_s'])} M ids/s (cpu)",
+                "whole epoch as arrays (bin_arrays), cpu",
+                f"{result['arrays_cpu_s']:.1f} s = "
+                f"{_rate(result['epoch_ids'], result['arrays_cpu_s'])} M ids/s",
             ],
             *[
                 [f"tracemalloc peak, {bins:,} bins", f"{peak / 2**20:.1f} MiB"]
@@ -398,21 +478,25 @@ def main() -> int:
     parser.add_argument("--full", action="store_true", help="full sizes (the default)")
     parser.add_argument("--num-sequences", type=int, help="N per distribution (sections 1, 2)")
     parser.add_argument("--memory-sequences", type=int, help="N of the memory test (section 3)")
-    parser.add_argument("--memory-child", nargs=3, help=argparse.SUPPRESS)
+    parser.add_argument(
+        "--baseline", help="an older epoch.py to time side by side (outside the repository)"
+    )
+    parser.add_argument("--memory-child", nargs=4, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.memory_child:
-        directory, templates_path, slice_bins = args.memory_child
-        result = memory_child(Path(directory), Path(templates_path), int(slice_bins))
+        directory, templates_path, slice_bins, module = args.memory_child
+        result = memory_child(Path(directory), Path(templates_path), int(slice_bins), module)
         print(json.dumps(result))
         return 0
+    baseline = load_epoch_module(args.baseline) if args.baseline else None
     num_sequences = args.num_sequences or (1_000_000 if args.quick else 10_000_000)
     memory_sequences = args.memory_sequences or (2_000_000 if args.quick else 100_000_000)
     slice_bins = 20_000 if args.quick else 200_000
     began = time.perf_counter()
     print(f"numpy {np.__version__}, python {sys.version.split()[0]}, {os.cpu_count()} cpus")
-    throughput(list(distributions.REALISTIC), num_sequences)
+    throughput(list(distributions.REALISTIC), num_sequences, baseline)
     against_naive(distributions.REALISTIC[0], num_sequences)
-    memory_test(distributions.REALISTIC[0], memory_sequences, slice_bins)
+    memory_test(distributions.REALISTIC[0], memory_sequences, slice_bins, args.baseline or "")
     print(f"\ntotal benchmark time: {time.perf_counter() - began:.0f} s")
     return 0
 

@@ -184,30 +184,44 @@ class Scratch:
     time, glibc returns their memory to the OS at each batch and faults it back in at the next
     (measured: a quarter of the time of an epoch over memory-mapped pools). One Scratch per
     iteration keeps them: memory is that of the largest batch, held while the iteration lives.
+    `aliases` maps a name to another whose array is dead whenever this one is used: both get
+    the same memory (whatever their dtypes).
     """
 
-    __slots__ = ("_arrays",)
+    __slots__ = ("_aliases", "_buffers")
 
-    def __init__(self) -> None:
-        self._arrays: dict[str, np.ndarray] = {}
+    def __init__(self, aliases: dict[str, str] | None = None) -> None:
+        self._buffers: dict[str, np.ndarray] = {}
+        self._aliases = dict(aliases or {})
 
     def array(self, name: str, size: int, dtype: Any) -> np.ndarray:
         """An uninitialised 1-d array of `size` elements: the memory of the last array of this
-        name when it is large enough. Valid until the next call with the same name."""
-        array = self._arrays.get(name)
-        if array is None or array.dtype != dtype or len(array) < size:
-            array = np.empty(size, dtype=dtype)
-            self._arrays[name] = array
-        return array[:size]
+        name (or its alias) when it is large enough. Valid until the next call for that name."""
+        dtype = np.dtype(dtype)
+        num_bytes = size * dtype.itemsize
+        key = self._aliases.get(name, name)
+        buffer = self._buffers.get(key)
+        if buffer is None or len(buffer) < num_bytes:
+            # A little headroom: batches differ slightly in size.
+            buffer = np.empty(num_bytes + num_bytes // 8, dtype=np.uint8)
+            self._buffers[key] = buffer
+        return buffer[:num_bytes].view(dtype)
 
     def iota(self, size: int) -> np.ndarray:
         """`np.arange(size)` (int64), read-only: never write to it."""
-        array = self._arrays.get("iota")
+        array = self._buffers.get("iota")
         if array is None or len(array) < size:
-            array = np.arange(size, dtype=np.int64)
+            array = np.arange(size + size // 8, dtype=np.int64)
             array.flags.writeable = False
-            self._arrays["iota"] = array
+            self._buffers["iota"] = array
         return array[:size]
+
+    def hold(self, name: str, array: np.ndarray) -> None:
+        """Keep `array` (one that numpy had to allocate, e.g. an argsort) until the next one of
+        this name: its memory is then freed in the middle of the heap, where glibc reuses it,
+        rather than at its top, where glibc returns it to the OS once the free space exceeds
+        its trim threshold (measured: half the page faults of a batch)."""
+        self._buffers[f"held.{name}"] = array
 
 
 def _feistel_inplace(

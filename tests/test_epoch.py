@@ -18,7 +18,12 @@ from hypothesis import strategies as st
 import seqpack_cli.epoch as epoch_module
 from seqpack_cli.epoch import EpochPlan, canonical_templates, materialize_epoch
 from seqpack_cli.errors import ConfigError, InputError
-from seqpack_cli.seeding import FeistelPermutation, seed_from_components
+from seqpack_cli.seeding import (
+    FeistelFamily,
+    FeistelPermutation,
+    Scratch,
+    seed_from_components,
+)
 
 SETTINGS = settings(max_examples=40, deadline=None)
 
@@ -105,6 +110,19 @@ def test_reference_example_every_epoch(epoch: int) -> None:
     assert all(
         [LENGTHS[i] for i in b] == sorted((LENGTHS[i] for i in b), reverse=True) for b in bins
     )
+
+
+def test_materialize_epoch_takes_the_reference_keywords() -> None:
+    # The reference signature: materialize_epoch(templates, length_to_indices, seed=None).
+    by_keyword = materialize_epoch(templates=TEMPLATES, length_to_indices=POOLS, seed=4)
+    assert list(by_keyword) == list(EpochPlan(TEMPLATES, POOLS, 4))
+    assert list(materialize_epoch(TEMPLATES, length_to_indices=POOLS)) == [
+        [0, 6],
+        [1, 2],
+        [3, 4],
+        [5, 7],
+        [8],
+    ]
 
 
 def test_reference_example_epochs_differ() -> None:
@@ -304,6 +322,144 @@ def test_many_templates_use_the_bucket_table_and_its_fallback() -> None:
     assert plan._bucket_shift > 0
     assert (plan._bucket_template < 0).any() and (plan._bucket_template >= 0).any()
     assert list(plan) == oracle(templates, pools, 99)
+
+
+# ---------------------------------------------------------------- array path and layouts
+
+
+def arrays_as_bins(ids: np.ndarray, offsets: np.ndarray) -> list[list[int]]:
+    assert ids.dtype == np.int64 and offsets.dtype == np.int64
+    assert offsets[0] == 0 and offsets[-1] == len(ids) and (np.diff(offsets) > 0).all()
+    return [ids[a:b].tolist() for a, b in itertools.pairwise(offsets.tolist())]
+
+
+@SETTINGS
+@given(
+    template_strategy,
+    seed_strategy,
+    st.integers(1, 5),
+    st.integers(0, 4),
+    st.booleans(),
+    st.data(),
+)
+def test_bin_arrays_equal_the_lists(templates, seed, world_size, rank, drop_last, data) -> None:
+    rank %= world_size
+    pools, _ = make_pools(templates)
+    plan = EpochPlan(templates, pools, seed, rank=rank, world_size=world_size, drop_last=drop_last)
+    bins = list(plan)
+    assert arrays_as_bins(*plan.bin_arrays(0, len(plan))) == bins
+    start = data.draw(st.integers(-len(plan) - 2, len(plan) + 2))  # resume anywhere
+    stop = data.draw(st.integers(-len(plan) - 2, len(plan) + 2))
+    assert (
+        arrays_as_bins(*plan.bin_arrays(start, stop)) == bins[start:stop] == plan.bins(start, stop)
+    )
+
+
+def test_bin_arrays_across_batches_and_empty_ranges(monkeypatch: pytest.MonkeyPatch) -> None:
+    templates = Counter({(9, 1): 3000, (7, 7, 2): 100, (3,): 129, (2, 2): 14, (5,): 1})
+    pools, _ = make_pools(templates, 4)
+    expected = oracle(templates, pools, 77, 1, 3)
+    monkeypatch.setattr(epoch_module, "_BATCH_IDS", 50)  # ~25 bins per batch
+    plan = EpochPlan(templates, pools, 77, rank=1, world_size=3)
+    ids, offsets = plan.bin_arrays(0, len(plan))
+    assert arrays_as_bins(ids, offsets) == expected
+    assert arrays_as_bins(*plan.bin_arrays(333, 1010)) == expected[333:1010]
+    for start, stop in [(5, 5), (7, 3), (len(plan), len(plan) + 9)]:
+        ids, offsets = plan.bin_arrays(start, stop)
+        assert ids.shape == (0,) and offsets.tolist() == [0]
+    assert EpochPlan(Counter(), {}).bin_arrays(0, 10)[1].tolist() == [0]
+    # The arrays are the caller's: a later call does not overwrite them.
+    first = plan.bin_arrays(0, 100)
+    snapshot = first[0].copy()
+    plan.bin_arrays(100, 400)
+    list(plan)
+    assert (first[0] == snapshot).all()
+
+
+@pytest.mark.parametrize("seed", [None, 21])
+@pytest.mark.parametrize(
+    "layout",
+    [
+        {"_MIN_GROUP_BINS": 1, "_LIST_BINS": 16},  # every size its own group, small blocks
+        {"_MIN_GROUP_BINS": 4, "_LIST_BINS": 7},  # some sizes grouped, the rest sliced
+        {"_MIN_GROUP_BINS": 10**6},  # nothing grouped: every block sliced
+        {"_LIST_BINS": 1, "_MIN_GROUP_BINS": 0},  # blocks of one bin
+        {"_LIST_BINS": 1, "_MIN_GROUP_BINS": 0, "_BATCH_IDS": 20_000},  # > 4096 blocks: uint32 keys
+    ],
+)
+def test_list_layouts_give_the_documented_bins(
+    monkeypatch: pytest.MonkeyPatch, layout: dict, seed: int | None
+) -> None:
+    # Bins are laid out by size within blocks (see _Chunk) and put back in order: whatever the
+    # grouping, the lists are the oracle's, in order, across batch and block boundaries.
+    templates = Counter(
+        {(6, 1): 700, (5, 4): 300, (3, 3, 3): 200, (8,): 150, (2, 1, 1, 1): 90, (9, 9, 1): 3}
+    )
+    pools, _ = make_pools(templates, 7)
+    for name, value in {"_BATCH_IDS": 300, **layout}.items():
+        monkeypatch.setattr(epoch_module, name, value)
+    plan = EpochPlan(templates, pools, seed, rank=2, world_size=3)
+    expected = oracle(templates, pools, seed, 2, 3)
+    assert list(plan) == expected
+    assert plan.bins(11, 400) == expected[11:400]
+    assert list(plan.iter(123)) == expected[123:]
+
+
+def test_small_pools_merged_into_one_array(monkeypatch: pytest.MonkeyPatch) -> None:
+    # 40 lengths with 1..40 ids each, one with 2000: the small pools are copied into one array
+    # (read with one take per batch), up to the budget; the bins do not change.
+    templates = Counter({(length,): length for length in range(1, 41)})
+    templates[(50, 50)] = 1000
+    pools, _ = make_pools(templates, 5)
+    expected = oracle(templates, pools, 8)
+    monkeypatch.setattr(epoch_module, "_MIN_MERGED_POOLS", 2)
+    for budget in (0, 5, 100, 820, 10**6):
+        monkeypatch.setattr(epoch_module, "_MERGED_POOL_IDS", budget)
+        plan = EpochPlan(templates, pools, 8)
+        assert len(plan._merged) <= budget
+        assert list(plan) == expected
+    assert len(plan._merged_offsets) == 41  # every pool fits the last budget
+    monkeypatch.setattr(epoch_module, "_MERGED_POOL_IDS", 820)  # 1 + 2 + ... + 40
+    assert len(EpochPlan(templates, pools, 8)._merged_offsets) == 40
+
+
+def test_iterators_of_one_plan_do_not_share_work_arrays(monkeypatch: pytest.MonkeyPatch) -> None:
+    # Each iteration has its own work arrays: two iterators and `bins` interleaved, over
+    # several batches, see their own bins.
+    templates = Counter({(4, 4): 3000, (6, 2): 2000, (8,): 500})
+    pools, _ = make_pools(templates)
+    expected = list(EpochPlan(templates, pools, 3))
+    monkeypatch.setattr(epoch_module, "_BATCH_IDS", 1000)
+    plan = EpochPlan(templates, pools, 3)
+    first, second = plan.iter(0), plan.iter(2000)
+    interleaved = []
+    for a, b in zip(first, second, strict=False):  # second is shorter
+        interleaved.append((a, b))
+        plan.bins(10, 20)  # batches computed in between
+    assert [a for a, _ in interleaved] == expected[: len(interleaved)]
+    assert [b for _, b in interleaved] == expected[2000:]
+
+
+def test_feistel_family_grouped_path_matches_each_permutation() -> None:
+    # The path an epoch uses: words grouped by member, members ordered by width. Sizes give
+    # runs long enough for the scalar kernel (>= 2048 words), short runs (per-element kernel,
+    # 8 rounds under 8 bits), and cycle walking down to the Python tail.
+    sizes = [1, 3, 100, 129, 5000, 4097, 70_000]
+    perms = sorted(
+        (FeistelPermutation(n, seed_from_components(9, n)) for n in sizes),
+        key=lambda p: ((p.n - 1).bit_length(), p.n),
+    )
+    family = FeistelFamily(perms)
+    rng = np.random.default_rng(0)
+    counts = [3, 7, 500, 400, 6000, 3000, 9000]
+    members = np.repeat(np.arange(len(perms), dtype=np.uint16), counts)
+    indices = np.concatenate([rng.integers(0, p.n, c) for p, c in zip(perms, counts, strict=True)])
+    starts = [0, *np.cumsum(counts).tolist()]
+    words = indices.astype(np.uint64)
+    family.permute_grouped(words, members, starts, Scratch())
+    expected = [perms[m][int(i)] for m, i in zip(members.tolist(), indices, strict=True)]
+    assert words.tolist() == expected
+    assert family.take(members, indices).tolist() == expected
 
 
 # ---------------------------------------------------------------- input forms
