@@ -37,8 +37,9 @@ __all__ = ["PackedDataset", "PackedIterableDataset"]
 
 logger = logging.getLogger(__name__)
 
-# Bins computed per vectorised EpochPlan.bins call, per DataLoader worker.
-_CHUNK_BINS = 64
+# Bins computed per vectorised EpochPlan.bins call, per DataLoader worker: each call has a fixed
+# cost of ~0.7 ms, so small chunks cost 10-15 us per bin and 512-bin chunks ~2 us.
+_CHUNK_BINS = 512
 # The integers a state holds; the last four only check that the state fits this dataset.
 _STATE_KEYS = ("epoch", "num_bins_consumed", "num_bins", "seed", "rank", "world_size")
 
