@@ -11,6 +11,9 @@ the per-item packers the packing tests use as oracles (`from conftest import ref
 from __future__ import annotations
 
 import importlib.util
+import subprocess
+import sys
+from collections import Counter
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -121,3 +124,24 @@ def _load_reference_packers() -> ModuleType:
 # The per-item packers written for the benchmark are the oracles of the packing tests (one
 # obvious implementation each, shared rather than copied).
 reference_packers = _load_reference_packers()
+
+
+# The reference's worked example (max_seq_len=10): 9 sequences (ids 0..8), 41 tokens, 5 bins.
+REFERENCE_LENGTHS = [7, 5, 5, 5, 5, 5, 3, 3, 3]
+REFERENCE_TEMPLATES = Counter({(5, 5): 2, (7, 3): 1, (5, 3): 1, (3,): 1})
+REFERENCE_POOLS = {7: np.array([0]), 5: np.array([1, 2, 3, 4, 5]), 3: np.array([6, 7, 8])}
+
+
+def run_in_fresh_process(code: str, *, hash_seed: str) -> str:
+    """Run `code` in a new interpreter with another PYTHONHASHSEED; return its stdout.
+
+    Anything built on Python's hash() would change with the hash seed; seqpack's output may not.
+    """
+    out = subprocess.run(
+        [sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        check=True,
+        env={"PYTHONHASHSEED": hash_seed, "PATH": ""},
+    )
+    return out.stdout

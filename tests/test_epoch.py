@@ -5,13 +5,17 @@ from __future__ import annotations
 import itertools
 import json
 import math
-import subprocess
-import sys
 from collections import Counter
 from pathlib import Path
 
 import numpy as np
 import pytest
+from conftest import (
+    REFERENCE_LENGTHS,
+    REFERENCE_POOLS,
+    REFERENCE_TEMPLATES,
+    run_in_fresh_process,
+)
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -27,10 +31,8 @@ from seqpack_cli.seeding import (
 
 SETTINGS = settings(max_examples=40, deadline=None)
 
-# The reference's worked example: 9 sequences, ids 0..8.
-LENGTHS = [7, 5, 5, 5, 5, 5, 3, 3, 3]
-TEMPLATES = Counter({(5, 5): 2, (7, 3): 1, (5, 3): 1, (3,): 1})
-POOLS = {7: np.array([0]), 5: np.array([1, 2, 3, 4, 5]), 3: np.array([6, 7, 8])}
+# The reference's worked example, shared with the other tests.
+LENGTHS, TEMPLATES, POOLS = REFERENCE_LENGTHS, REFERENCE_TEMPLATES, REFERENCE_POOLS
 
 template_strategy = st.dictionaries(
     keys=st.lists(st.integers(1, 9), min_size=1, max_size=4).map(
@@ -254,16 +256,10 @@ def test_same_bins_in_a_fresh_process() -> None:
         " 8: np.arange(100, 105)};"
         "print(json.dumps(list(EpochPlan(t, p, 2024, rank=1, world_size=3))))"
     )
-    out = subprocess.run(
-        [sys.executable, "-c", code],
-        capture_output=True,
-        text=True,
-        check=True,
-        env={"PYTHONHASHSEED": "999", "PATH": ""},
-    )
+    stdout = run_in_fresh_process(code, hash_seed="999")
     templates = Counter({(4, 4): 30, (6, 2): 20, (8,): 5})
     pools = {4: np.arange(60), 6: np.arange(60, 80), 2: np.arange(80, 100), 8: np.arange(100, 105)}
-    assert json.loads(out.stdout) == list(EpochPlan(templates, pools, 2024, rank=1, world_size=3))
+    assert json.loads(stdout) == list(EpochPlan(templates, pools, 2024, rank=1, world_size=3))
 
 
 def test_sharding_matches_torch_distributed_sampler() -> None:

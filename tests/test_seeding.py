@@ -6,11 +6,10 @@ import hashlib
 import json
 import math
 import struct
-import subprocess
-import sys
 
 import numpy as np
 import pytest
+from conftest import run_in_fresh_process
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -76,14 +75,8 @@ def test_seed_is_the_same_in_a_fresh_process() -> None:
         "print(json.dumps([seed_from_components(4, 2, 9),"
         " FeistelPermutation(1000, 77).take(__import__('numpy').arange(1000)).tolist()]))"
     )
-    out = subprocess.run(
-        [sys.executable, "-c", code],
-        capture_output=True,
-        text=True,
-        check=True,
-        env={"PYTHONHASHSEED": "12345", "PATH": ""},
-    )
-    seed, perm = json.loads(out.stdout)
+    stdout = run_in_fresh_process(code, hash_seed="12345")
+    seed, perm = json.loads(stdout)
     assert seed == seed_from_components(4, 2, 9)
     assert perm == FeistelPermutation(1000, 77).take(np.arange(1000)).tolist()
 

@@ -9,6 +9,7 @@ from collections import Counter
 
 import numpy as np
 import pytest
+from conftest import REFERENCE_LENGTHS, REFERENCE_POOLS, REFERENCE_TEMPLATES
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -35,10 +36,8 @@ FIELDS = [
     "lower_bound_bins",
 ]
 
-# The reference's worked example (max_seq_len=10): 9 sequences, 41 tokens, 5 bins.
-LENGTHS = [7, 5, 5, 5, 5, 5, 3, 3, 3]
-TEMPLATES = Counter({(5, 5): 2, (7, 3): 1, (5, 3): 1, (3,): 1})
-POOLS = {7: np.array([0]), 5: np.array([1, 2, 3, 4, 5]), 3: np.array([6, 7, 8])}
+# The reference's worked example, shared with the other tests.
+LENGTHS, TEMPLATES, POOLS = REFERENCE_LENGTHS, REFERENCE_TEMPLATES, REFERENCE_POOLS
 
 template_strategy = st.dictionaries(
     keys=st.lists(st.integers(1, 12), min_size=1, max_size=4).map(
