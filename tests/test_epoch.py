@@ -42,6 +42,14 @@ template_strategy = st.dictionaries(
     max_size=8,
 ).map(Counter)
 seed_strategy = st.one_of(st.none(), st.integers(0, 2**63 - 1))
+# (templates, seed, world_size, rank, drop_last) for a sharded plan; tests take rank %= world_size.
+SHARDED_PLAN = (
+    template_strategy,
+    seed_strategy,
+    st.integers(1, 5),
+    st.integers(0, 4),
+    st.booleans(),
+)
 
 
 def make_pools(templates: Counter, seed: int = 0) -> tuple[dict[int, np.ndarray], dict[int, int]]:
@@ -165,13 +173,7 @@ def test_each_id_exactly_once_and_bins_match_templates(templates, seed, pool_see
 
 
 @SETTINGS
-@given(
-    template_strategy,
-    seed_strategy,
-    st.integers(1, 5),
-    st.integers(0, 4),
-    st.booleans(),
-)
+@given(*SHARDED_PLAN)
 def test_plan_is_the_documented_construction(templates, seed, world_size, rank, drop_last) -> None:
     rank %= world_size
     pools, _ = make_pools(templates)
@@ -330,14 +332,7 @@ def arrays_as_bins(ids: np.ndarray, offsets: np.ndarray) -> list[list[int]]:
 
 
 @SETTINGS
-@given(
-    template_strategy,
-    seed_strategy,
-    st.integers(1, 5),
-    st.integers(0, 4),
-    st.booleans(),
-    st.data(),
-)
+@given(*SHARDED_PLAN, st.data())
 def test_bin_arrays_equal_the_lists(templates, seed, world_size, rank, drop_last, data) -> None:
     rank %= world_size
     pools, _ = make_pools(templates)
