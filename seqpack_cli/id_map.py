@@ -5,30 +5,28 @@ up to that many rows; `--id-column` ids do when they are dense, e.g. a shuffled 
 is not needed at all:
 
 1. while DuckDB streams (length, id), each id's slot in a uint16 map over the span gets its
-   length's code (1 + the length's index; 0 marks an id that never occurs): one store per id;
-2. the map is read back in ascending id order, `MAP_CHUNK_IDS` at a time; a stable radix argsort
-   of each chunk's codes (small enough to stay in cache) groups the chunk's ids by length, still
-   ascending, and they go to the next free slots of their pools in the flat work file. Every pool
-   ends up ascending, so the split only copies.
+   length's code (0 marks an id that never occurs): one store per id. The code is the length
+   itself when `max_seq_len` fits 16 bits (no lookup at all), else 1 + the length's index;
+2. the map is read back in ascending id order, `MAP_CHUNK_IDS` at a time, by worker threads: a
+   stable radix argsort of each chunk's codes groups the chunk's ids by length, still ascending;
+   this thread appends each group to its pool file, chunk after chunk, so every pool is written
+   ascending, once, straight into `pools/{length}.npy`: no work file, no sort, no second copy.
 
 The map costs 2 bytes per possible id, 256 MiB at most whatever the number of rows (wider spans
 take `pool_scatter`). It also finds duplicate ids: a duplicate overwrites its own slot, so fewer
-slots are filled than ids were streamed. Workers fill disjoint id ranges of the map in parallel,
-each starting from the per-pool offsets that the counts of the ranges before it give.
+slots are filled than ids were streamed, and the pools come out short (checked by the caller).
 """
 
 from __future__ import annotations
 
-import itertools
 from collections import deque
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
-from pathlib import Path
 
 import numpy as np
 
 from seqpack_cli import pool_layout
-from seqpack_cli.pool_layout import Layout, changed_error
+from seqpack_cli.pool_layout import Layout, PoolAppend, changed_error
 from seqpack_cli.progress import ProgressCallback
 
 __all__ = ["IdMap", "fits"]
@@ -36,37 +34,56 @@ __all__ = ["IdMap", "fits"]
 _MAX_CODE = np.iinfo(np.uint16).max
 
 
-def fits(layout: Layout, id_min: int, id_max: int) -> bool:
-    """Whether ids in [id_min, id_max] and the layout's lengths fit a bounded uint16 map."""
-    # Codes: 0 = no id, 1..num = the lengths, num + 1 = a length the histogram did not see.
-    return id_max - id_min < pool_layout.MAX_MAP_IDS and len(layout.lengths) + 1 < _MAX_CODE
+def _lengths_are_codes(max_length: int) -> bool:
+    # Code 0 means "no id", and lengths are >= 1: any length up to max_length is its own code.
+    return max_length < _MAX_CODE
+
+
+def fits(layout: Layout, id_min: int, id_max: int, max_length: int) -> bool:
+    """Whether ids in [id_min, id_max], and lengths up to `max_length` (those streamed), fit a
+    bounded uint16 map."""
+    # Indexed codes: 0 = no id, 1..num = the lengths, num + 1 = a length the histogram lacks.
+    codes_fit = _lengths_are_codes(max_length) or len(layout.lengths) + 1 < _MAX_CODE
+    return id_max - id_min < pool_layout.MAX_MAP_IDS and codes_fit
 
 
 class IdMap:
-    """`codes[id - id_min]`: 1 + the index of the id's length, 0 where no id has been seen."""
+    """`codes[id - id_min]`: the code of the id's length, 0 where no id has been seen."""
 
-    def __init__(self, layout: Layout, id_min: int, id_max: int) -> None:
-        if not fits(layout, id_min, id_max):
+    def __init__(self, layout: Layout, id_min: int, id_max: int, max_length: int) -> None:
+        if not fits(layout, id_min, id_max, max_length):
             raise ValueError("ids or lengths do not fit an IdMap; check fits() first")
         self.layout = layout
         self.id_min = id_min
         self.id_max = id_max
-        num = len(layout.lengths)
-        # Lengths not in the layout map to num (Layout.index's sentinel), hence code num + 1.
-        self._length_codes = (layout.index.astype(np.uint32) + 1).astype(np.uint16)
+        self._length_codes: np.ndarray | None
+        if _lengths_are_codes(max_length):
+            self._length_codes = None
+            self._code_lengths = list(range(max_length + 1))
+            self._expected = np.zeros(max_length + 1, dtype=np.int64)
+            self._expected[layout.lengths] = layout.sizes
+        else:
+            num = len(layout.lengths)
+            # Lengths not in the layout map to num (Layout.index's sentinel), hence code num + 1.
+            self._length_codes = (layout.index.astype(np.uint32) + 1).astype(np.uint16)
+            self._code_lengths = [0, *layout.lengths.tolist(), 0]
+            self._expected = np.zeros(num + 2, dtype=np.int64)
+            self._expected[1 : num + 1] = layout.sizes
         self.codes = np.zeros(id_max - id_min + 1, dtype=np.uint16)
-        self._unknown = num + 1
 
     def add(self, lengths: np.ndarray, ids: np.ndarray) -> tuple[int, int]:
         """Record one batch; returns its (min id, max id). Thread-safe for distinct batches."""
         low, high = int(ids.min()), int(ids.max())
         if low < self.id_min or high > self.id_max:
             raise changed_error()  # the footers' statistics promised otherwise
-        # mode='clip' maps any length past the last one to the sentinel code.
-        codes = np.take(self._length_codes, lengths, mode="clip")
         if self.id_min:
             ids = ids - self.id_min
-        self.codes[ids] = codes
+        if self._length_codes is None:
+            # Lengths are <= max_length < 2**16 (the query filters them): stored as they are.
+            self.codes[ids] = lengths
+        else:
+            # mode='clip' maps any length past the last one to the sentinel code.
+            self.codes[ids] = np.take(self._length_codes, lengths, mode="clip")
         return low, high
 
     def fill(
@@ -109,99 +126,100 @@ class IdMap:
             raise changed_error()
         return low, high
 
-    def _parts(self, workers: int) -> list[tuple[int, int]]:
-        """Disjoint ranges of the map, one per worker, cut at chunk boundaries."""
+    def _group(self, start: int, stop: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """One chunk of the map: (code counts, codes present, the chunk's ids grouped by code
+        with each group ascending)."""
+        codes = self.codes[start:stop]
+        counts = np.bincount(codes, minlength=self._expected.size)
+        # Stable: within one code, positions (so ids) stay ascending. Empty slots sort first.
+        ids = np.argsort(codes, kind="stable")[counts[0] :]
+        ids += start + self.id_min
+        present = np.flatnonzero(counts[1:]) + 1
+        return counts, present, ids
+
+    def write_pools(
+        self, append: PoolAppend, *, workers: int, progress: ProgressCallback | None
+    ) -> int:
+        """Append every pool's ids, ascending, through `append`; returns how many were written
+        (fewer than the ids streamed where ids repeat).
+
+        Raises the changed-inputs `InputError` where the map holds more ids of a length than
+        the histogram counted, or a length it did not count.
+        """
         chunk = pool_layout.MAP_CHUNK_IDS
-        num_chunks = -(-self.codes.size // chunk)
-        cuts = np.linspace(0, num_chunks, min(workers, num_chunks) + 1).astype(np.int64) * chunk
-        cuts[-1] = self.codes.size
-        return [(int(a), int(b)) for a, b in itertools.pairwise(cuts) if a < b]
+        size = self.codes.size
+        totals = np.zeros(self._expected.size, dtype=np.int64)
+        written = 0
+        batcher = _AppendBatcher(append)
 
-    def count(self, workers: int) -> tuple[list[tuple[int, int]], list[np.ndarray]]:
-        """The map's ranges for `write_flat` and each range's `bincount` of codes."""
-        parts = self._parts(workers)
-        minlength = self._unknown + 1
-        step = pool_layout.MAP_COUNT_IDS
+        def write(group: tuple[np.ndarray, np.ndarray, np.ndarray]) -> None:
+            nonlocal totals, written
+            counts, present, ids = group
+            if counts.size > totals.size:
+                raise changed_error()
+            totals += counts
+            if np.any(totals[1:] > self._expected[1:]):
+                raise changed_error()
+            ends = np.cumsum(counts[present]).tolist()
+            begin = 0
+            for code, end in zip(present.tolist(), ends, strict=True):
+                batcher.add(self._code_lengths[code], ids[begin:end])
+                begin = end
+            written += ids.size
+            if progress is not None:
+                progress("write pools", written, self.layout.num_ids)
 
-        def count_part(part: tuple[int, int]) -> np.ndarray:
-            # bincount widens its input to int64: count in steps so that copy stays small.
-            total = np.zeros(minlength, dtype=np.int64)
-            for start in range(part[0], part[1], step):
-                codes = self.codes[start : min(start + step, part[1])]
-                total += np.bincount(codes, minlength=minlength)
-            return total
+        pending: deque[Future[tuple[np.ndarray, np.ndarray, np.ndarray]]] = deque()
+        with ThreadPoolExecutor(workers, thread_name_prefix="seqpack-group") as executor:
+            try:
+                for start in range(0, size, chunk):
+                    pending.append(executor.submit(self._group, start, min(start + chunk, size)))
+                    if len(pending) > workers:
+                        write(pending.popleft().result())
+                while pending:
+                    write(pending.popleft().result())
+            finally:
+                for future in pending:
+                    future.cancel()
+        batcher.flush_all()
+        return written
 
-        with ThreadPoolExecutor(len(parts), thread_name_prefix="seqpack-count") as executor:
-            counts = list(executor.map(count_part, parts))
-        return parts, counts
 
-    def num_filled(self, counts: list[np.ndarray]) -> int:
-        """Slots holding an id: fewer than the ids streamed means some id occurred twice."""
-        return self.codes.size - int(sum(int(c[0]) for c in counts))
+class _AppendBatcher:
+    """Coalesces a pool's small appends into larger ones.
 
-    def check_counts(self, counts: list[np.ndarray]) -> None:
-        """Raise the changed-inputs error unless the map holds exactly the histogram's counts."""
-        total = np.sum(counts, axis=0)
-        if total[self._unknown] or not np.array_equal(total[1 : self._unknown], self.layout.sizes):
-            raise changed_error()
+    A map chunk holds a few ids of each rare length: writing (and hashing) those pieces one by
+    one would cost a system call each, which dominates the write. Pieces under
+    `pool_layout.MIN_APPEND_BYTES` wait, copied, until their pool has that much; at most
+    `pool_layout.MAX_BATCHED_BYTES` wait in all.
+    """
 
-    def write_flat(
-        self,
-        flat_path: Path,
-        parts: list[tuple[int, int]],
-        counts: list[np.ndarray],
-        *,
-        on_chunk: Callable[[int], None] | None = None,
-    ) -> None:
-        """Write every pool, ascending, to its place in the flat work file (one thread a part)."""
-        cursor = self.layout.starts[:-1].copy()
-        cursors = []
-        for part_counts in counts:
-            cursors.append(cursor.copy())
-            cursor += part_counts[1 : self._unknown]
-        with ThreadPoolExecutor(len(parts), thread_name_prefix="seqpack-fill") as executor:
-            futures = [
-                executor.submit(self._write_part, flat_path, start, stop, part_cursor, on_chunk)
-                for (start, stop), part_cursor in zip(parts, cursors, strict=True)
-            ]
-            for future in futures:
-                future.result()
+    def __init__(self, append: PoolAppend) -> None:
+        self._append = append
+        self._pending: dict[int, list[np.ndarray]] = {}
+        self._pending_bytes: dict[int, int] = {}
+        self._total = 0
 
-    def _write_part(
-        self,
-        flat_path: Path,
-        start: int,
-        stop: int,
-        cursor: np.ndarray,
-        on_chunk: Callable[[int], None] | None,
-    ) -> None:
-        num = len(self.layout.lengths)
-        chunk = pool_layout.MAP_CHUNK_IDS
-        shape = (self.layout.num_ids,)
-        flat = np.memmap(flat_path, dtype=np.int64, mode="r+", shape=shape)
-        mapped = 0
-        for chunk_start in range(start, stop, chunk):
-            codes = self.codes[chunk_start : min(chunk_start + chunk, stop)]
-            chunk_counts = np.bincount(codes, minlength=num + 1)
-            # Stable: within one code, positions (so ids) stay ascending.
-            order = np.argsort(codes, kind="stable")
-            empty = int(chunk_counts[0])
-            pool_counts = chunk_counts[1:]
-            if empty == codes.size:
-                continue
-            ids = order[empty:]
-            ids += chunk_start + self.id_min
-            group_starts = np.cumsum(pool_counts)
-            group_starts -= pool_counts
-            positions = np.repeat(cursor - group_starts, pool_counts)
-            positions += np.arange(ids.size, dtype=np.int64)
-            flat[positions] = ids
-            cursor += pool_counts
-            mapped += ids.size
-            if mapped >= pool_layout.REMAP_ROWS:
-                # Dropping the mapping drops its written pages from this process's RSS.
-                flat = np.memmap(flat_path, dtype=np.int64, mode="r+", shape=shape)
-                mapped = 0
-            if on_chunk is not None:
-                on_chunk(ids.size)
-        del flat
+    def add(self, length: int, ids: np.ndarray) -> None:
+        waiting = self._pending_bytes.get(length, 0)
+        if waiting + ids.nbytes >= pool_layout.MIN_APPEND_BYTES:
+            if waiting:
+                pieces = self._pending.pop(length)
+                pieces.append(ids)
+                ids = np.concatenate(pieces)
+                self._total -= self._pending_bytes.pop(length)
+            self._append(length, ids)
+            return
+        self._pending.setdefault(length, []).append(ids.copy())
+        self._pending_bytes[length] = waiting + ids.nbytes
+        self._total += ids.nbytes
+        if self._total > pool_layout.MAX_BATCHED_BYTES:
+            self.flush_all()
+
+    def flush_all(self) -> None:
+        for length in sorted(self._pending):
+            pieces = self._pending[length]
+            self._append(length, pieces[0] if len(pieces) == 1 else np.concatenate(pieces))
+        self._pending.clear()
+        self._pending_bytes.clear()
+        self._total = 0

@@ -1,24 +1,28 @@
 """Where each length's pool sits in the pools pass's flat work file, and the pass's tunables.
 
-The flat work file holds every pool back to back, lengths ascending, at offsets known from the
-histogram's counts; both ways of filling it (`pool_scatter`, `id_map`) and the split into
-`pools/{length}.npy` (`pool_split`) share this layout. The sizes below are read at call time
-(`pool_layout.NAME`), so tests can shrink them to reach every code path with small data.
+The flat work file of the scatter path holds every pool back to back, lengths ascending, at offsets
+known from the histogram's counts; `pool_scatter` fills it and `pool_split` cuts it into
+`pools/{length}.npy`. `id_map` needs no work file, only the counts. The sizes below are read at
+call time (`pool_layout.NAME`), so tests can shrink them to reach every code path with small data.
 """
 
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import numpy as np
 
 from seqpack_cli.errors import InputError
 
-__all__ = ["Layout", "changed_error", "read_ids"]
+__all__ = ["Layout", "PoolAppend", "changed_error", "read_ids"]
 
-BATCH_ROWS = 1 << 19
+PoolAppend = Callable[[int, np.ndarray], None]
+"""`append(length, ids)`: the next ascending ids of one pool (`PreparedWriter.append_pool`);
+one pool's appends come in order, different pools' from any thread."""
+
+BATCH_ROWS = 1 << 21
 """Rows per Arrow batch streamed from DuckDB."""
 REMAP_ROWS = 1 << 23
 """Ids written through one mapping of the work file before it is re-mapped, so written pages
@@ -30,12 +34,15 @@ MAX_SORT_IDS = 1 << 22
 MAX_MAP_IDS = 1 << 27
 """Id spans up to this use the id -> length map (`id_map`, 2 bytes per possible id: 256 MiB at
 most); wider spans use the scatter by length and sort pools (`pool_scatter`)."""
-MAP_CHUNK_IDS = 1 << 16
-"""Ids per step when the map is turned into pools: small enough for the stable radix argsort of
-the chunk's uint16 codes to stay in cache, large enough that each pool gets a run of ids per step
-(measured best of 2**14..2**19: 16-20 ns per id written, page faults included)."""
-MAP_COUNT_IDS = 1 << 20
-"""Ids per step when the map's codes are counted (bincount copies them as int64: 8 MiB)."""
+MAP_CHUNK_IDS = 1 << 22
+"""Map slots per step when the map is turned into pools (about 100 MiB of work per chunk in
+flight): large, so that each pool gets a long run of ids per append (one write and one hash
+update each), with thousands of pools."""
+MIN_APPEND_BYTES = 1 << 16
+"""Smaller pieces of a pool wait to be written together (one write system call per piece costs
+more than the bytes: 4 KiB appends ran at half the speed of 64 KiB ones)."""
+MAX_BATCHED_BYTES = 1 << 26
+"""At most this many bytes of pieces wait in memory (64 MiB), whatever the number of pools."""
 MAX_WORKERS = 8
 
 

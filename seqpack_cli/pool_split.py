@@ -2,15 +2,15 @@
 
 Pools are read unit by unit (`Layout.units`), sorted where they are not ascending already (32-bit
 offsets when the ids allow, a pool larger than `MAX_SORT_IDS` in runs that are then merged), fed
-to an optional duplicate-id check and handed to the sink, several units at a time in threads
-(numpy's sort, hashing and file writes release the GIL).
+to an optional duplicate-id check and appended to the pool files, several units at a time in
+threads (numpy's sort, hashing and file writes release the GIL).
 """
 
 from __future__ import annotations
 
 import threading
 from collections import deque
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Iterable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 
@@ -18,13 +18,10 @@ import numpy as np
 
 from seqpack_cli import pool_layout
 from seqpack_cli.id_checks import IdCheck
-from seqpack_cli.pool_layout import Layout, read_ids
+from seqpack_cli.pool_layout import Layout, PoolAppend, read_ids
 from seqpack_cli.progress import ProgressCallback
 
-__all__ = ["PoolSink", "merged_runs", "sort_pools", "split_pools"]
-
-PoolSink = Callable[[int, int, Iterable[np.ndarray]], None]
-"""`sink(length, count, ascending_id_chunks)` writes one pool (`PreparedWriter.write_pool`)."""
+__all__ = ["merged_runs", "sort_pools", "split_pools"]
 
 
 def sort_pools(data: np.ndarray, bounds: np.ndarray) -> None:
@@ -95,14 +92,6 @@ def merged_runs(flat_path: Path, start: int, count: int) -> Iterator[np.ndarray]
             yield merged
 
 
-def _chunks(flat_path: Path, start: int, count: int) -> Iterator[np.ndarray]:
-    """A pool that is ascending in the work file, in chunks of `MAX_SORT_IDS` ids."""
-    step = pool_layout.MAX_SORT_IDS
-    with open(flat_path, "rb") as handle:
-        for offset in range(start, start + count, step):
-            yield read_ids(handle, offset, min(step, start + count - offset))
-
-
 def _is_ascending(ids: np.ndarray) -> bool:
     return ids.size < 2 or not bool(np.any(ids[1:] < ids[:-1]))
 
@@ -111,17 +100,12 @@ def split_pools(
     layout: Layout,
     flat_path: Path,
     check: IdCheck | None,
-    write_pool: PoolSink,
+    append: PoolAppend,
     *,
     workers: int,
     progress: ProgressCallback | None,
-    ascending: bool = False,
 ) -> None:
-    """Cut the flat work file into one ascending pool per length, `workers` units at a time.
-
-    `ascending=True` says every pool is ascending in the work file already (the `id_map` path):
-    nothing is checked or sorted, big pools are copied in chunks.
-    """
+    """Cut the flat work file into one ascending pool per length, `workers` units at a time."""
     lengths = layout.lengths.tolist()
     starts = layout.starts
     done = 0
@@ -131,26 +115,22 @@ def split_pools(
         nonlocal done
         count = int(starts[stop] - starts[first])
         if stop - first == 1 and count > pool_layout.MAX_SORT_IDS:
-            chunks: Iterable[np.ndarray]
-            if ascending:
-                chunks = _chunks(flat_path, int(starts[first]), count)
-            else:
-                chunks = merged_runs(flat_path, int(starts[first]), count)
+            chunks: Iterable[np.ndarray] = merged_runs(flat_path, int(starts[first]), count)
             if check is not None:
                 chunks = _checked(chunks, check)
-            write_pool(lengths[first], count, chunks)
+            for chunk in chunks:
+                append(lengths[first], chunk)
         else:
             with open(flat_path, "rb") as handle:
                 data = read_ids(handle, int(starts[first]), count)
             bounds = starts[first : stop + 1] - starts[first]
-            if not ascending:
-                sort_pools(data, bounds)
+            sort_pools(data, bounds)
             if check is not None:
                 check.add(data)
             cuts = bounds.tolist()
             for pool in range(first, stop):
                 pool_ids = data[cuts[pool - first] : cuts[pool - first + 1]]
-                write_pool(lengths[pool], pool_ids.size, [pool_ids])
+                append(lengths[pool], pool_ids)
         with lock:
             done += count
 

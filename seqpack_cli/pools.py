@@ -1,19 +1,20 @@
 """The pools pass of `seqpack prepare`: one streaming pass over (length, id) -> one ascending
 `pools/{length}.npy` per length, in memory that does not grow with the rows (DESIGN.md decision 6).
 
-DuckDB streams (length, id) in Arrow batches, decoded one step ahead by a thread. The ids go to a
-flat work file (8 bytes per id, in the job's work folder, deleted at the end) that holds the pools
-back to back at offsets known from the histogram (`pool_layout`), in one of two ways:
+DuckDB streams (length, id) in Arrow batches, decoded one step ahead by a thread. The pools, whose
+files the writer created ahead with their sizes known from the histogram, are then filled in one
+of two ways:
 
 - ids spanning at most `MAX_MAP_IDS` values (row indexes, dense id columns): `id_map` records each
-  id's length in a bounded map and writes the pools out ascending, with no sort;
-- wider (sparse) id spans: `pool_scatter` puts ids at their pool's next slot as they stream, and
-  the pools are sorted when they are split.
+  id's length in a bounded map, then appends the pools straight to their files, ascending, with
+  no sort and no work file; a duplicate id leaves the pools short, and is then found and named;
+- wider (sparse) id spans: `pool_scatter` puts ids at their pool's next slot of a flat work file
+  (8 bytes per id, in the job's work folder, deleted at the end), then `pool_split` sorts and
+  cuts it into the pool files, several threads at a time, and the ids are checked for duplicates
+  (`id_checks`).
 
-Then `pool_split` cuts the work file into the pool files, several threads at a time, and the ids
-are checked for duplicates (`id_checks`). In RAM: a few batches, the map (at most 256 MiB) or the
-duplicate check (at most 128 MiB), and one split unit per worker (16-32 MiB); only one file is open
-per worker whatever the number of distinct lengths.
+In RAM: a few batches, the map (at most 256 MiB) and a few map chunks (about 100 MiB each), or
+the duplicate check (at most 128 MiB) and one split unit per worker (16-32 MiB).
 """
 
 from __future__ import annotations
@@ -35,13 +36,13 @@ import pyarrow.parquet as pq
 from seqpack_cli import id_map, pool_layout
 from seqpack_cli.errors import InputError
 from seqpack_cli.id_checks import check_duplicates, id_check
-from seqpack_cli.pool_layout import Layout, num_workers
+from seqpack_cli.pool_layout import Layout, PoolAppend, num_workers
 from seqpack_cli.pool_scatter import scatter
-from seqpack_cli.pool_split import PoolSink, split_pools
+from seqpack_cli.pool_split import split_pools
 from seqpack_cli.progress import ProgressCallback
 from seqpack_cli.scan import InputFile, first_line, load_sql, location, one_row, read_error
 
-__all__ = ["PoolScan", "PoolSink", "scan_pools"]
+__all__ = ["PoolScan", "scan_pools"]
 
 logger = logging.getLogger(__name__)
 
@@ -154,7 +155,7 @@ def _place_by_map(
     batches: Generator[list[np.ndarray], None, None],
     to_ids: Callable[[list[np.ndarray]], np.ndarray],
     ids: id_map.IdMap,
-    flat_path: Path,
+    append: PoolAppend,
     files: Sequence[InputFile],
     id_column: str | None,
     work_dir: Path,
@@ -162,27 +163,20 @@ def _place_by_map(
     workers: int,
     progress: ProgressCallback | None,
 ) -> tuple[int | None, int | None]:
-    """Fill the map while DuckDB streams, check it, and write the pools ascending to the work
-    file; returns the (min, max) id placed."""
+    """Fill the map while DuckDB streams, then write the pools from it, ascending; returns the
+    (min, max) id placed."""
     low, high = ids.fill(
         ((columns[0], to_ids(columns)) for columns in batches), workers=workers, progress=progress
     )
     batches.close()
     filled = time.perf_counter()
-    parts, counts = ids.count(workers)
-    if ids.num_filled(counts) != ids.layout.num_ids:
-        # Fewer slots than rows: some id occurred twice (DuckDB counts and locates them).
+    written = ids.write_pools(append, workers=workers, progress=progress)
+    if written != ids.layout.num_ids:
+        # Fewer filled slots than rows: some id occurred twice (DuckDB counts and locates them).
         if id_column is not None:
             check_duplicates(con, None, ids.layout.num_ids, files, id_column, work_dir)
         raise pool_layout.changed_error()
-    ids.check_counts(counts)
-    counted = time.perf_counter()
-    ids.write_flat(flat_path, parts, counts)
-    logger.info(
-        "id map: counted in %.2fs, pools written ascending in %.2fs",
-        counted - filled,
-        time.perf_counter() - counted,
-    )
+    logger.info("id map: pools written ascending in %.2fs", time.perf_counter() - filled)
     return low, high
 
 
@@ -195,15 +189,16 @@ def scan_pools(
     id_column: str | None,
     max_seq_len: int,
     work_dir: Path,
-    write_pool: PoolSink,
+    append_pool: PoolAppend,
     workers: int | None = None,
     progress: ProgressCallback | None = None,
 ) -> PoolScan:
-    """Stream (length, id) once and write every length's ascending pool through `write_pool`.
+    """Stream (length, id) once and write every length's ascending pool through `append_pool`.
 
     `counts` is the histogram of the lengths kept (all <= max_seq_len). Ids are the id column
     (checked: non-null, unique) or, without one, global row indexes over `files` in their order.
-    The flat work file (8 bytes per id) lives in `work_dir` and is deleted at the end.
+    Work files (the scatter path's flat file, 8 bytes per id) live in `work_dir` and are deleted
+    at the end.
     """
     started = time.perf_counter()
     layout = Layout(counts)
@@ -232,10 +227,11 @@ def scan_pools(
         def to_ids(columns: list[np.ndarray]) -> np.ndarray:
             return columns[1]
 
-    by_map = bounds is not None and id_map.fits(layout, *bounds)
+    by_map = bounds is not None and id_map.fits(layout, *bounds, max_seq_len)
     flat_path = work_dir / "ids.bin"
-    with open(flat_path, "wb") as handle:
-        handle.truncate(8 * layout.num_ids)
+    if not by_map:
+        with open(flat_path, "wb") as handle:
+            handle.truncate(8 * layout.num_ids)
     batches = _stream_batches(con, sql, params)
     check = None
     try:
@@ -245,8 +241,8 @@ def scan_pools(
                 con,
                 batches,
                 to_ids,
-                id_map.IdMap(layout, *bounds),
-                flat_path,
+                id_map.IdMap(layout, *bounds, max_seq_len),
+                append_pool,
                 files,
                 id_column,
                 work_dir,
@@ -284,17 +280,11 @@ def scan_pools(
         layout.num_ids,
         placed - started,
     )
-    if not by_map and id_column is not None and id_min is not None and id_max is not None:
+    if by_map:
+        return PoolScan(layout.num_ids, id_min, id_max)
+    if id_column is not None and id_min is not None and id_max is not None:
         check = id_check(id_min, id_max)
-    split_pools(
-        layout,
-        flat_path,
-        check,
-        write_pool,
-        workers=num_threads,
-        progress=progress,
-        ascending=by_map,
-    )
+    split_pools(layout, flat_path, check, append_pool, workers=num_threads, progress=progress)
     os.unlink(flat_path)
     logger.info("split into %d pools in %.2fs", len(layout.lengths), time.perf_counter() - placed)
     if check is not None:

@@ -254,7 +254,7 @@ def prepare_dataset(config: PrepareConfig, *, progress: ProgressCallback | None 
                 id_column=config.id_column,
                 max_seq_len=config.max_seq_len,
                 work_dir=writer.work_dir,
-                write_pool=writer.write_pool,
+                append_pool=writer.append_pool,
                 workers=config.threads,
                 progress=progress,
             )

@@ -35,7 +35,7 @@ import threading
 import uuid
 import weakref
 from collections import Counter
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import FrameType, TracebackType
@@ -45,6 +45,8 @@ import numpy as np
 
 from seqpack_cli import __version__
 from seqpack_cli.errors import ConfigError, InputError, PreparedFormatError
+from seqpack_cli.pool_files import POOL_DTYPE as _POOL_DTYPE
+from seqpack_cli.pool_files import POOLS_DIR, PoolFiles, npy_header, pool_file_name
 
 logger = logging.getLogger(__name__)
 
@@ -67,16 +69,9 @@ FORMAT_VERSION = 1
 MANIFEST_NAME = "manifest.json"
 COUNTS_NAME = "counts.json"
 TEMPLATES_NAME = "templates.json"
-POOLS_DIR = "pools"
 _TMP_MARKER = ".seqpack-tmp-"  # hidden sibling: .{name}.seqpack-tmp-{pid}-{random}
 _OLD_MARKER = ".seqpack-old-"  # the replaced directory while --overwrite swaps it out
-_POOL_DTYPE = np.dtype("<i8")
 _HASH_CHUNK = 1 << 22
-
-
-def pool_file_name(length: int) -> str:
-    """The path of a length's pool inside a prepared directory (`pools/{length}.npy`)."""
-    return f"{POOLS_DIR}/{int(length)}.npy"
 
 
 @dataclass(frozen=True, eq=False)
@@ -126,20 +121,10 @@ def templates_to_json(templates: Mapping[tuple[int, ...], int]) -> bytes:
     return _json_bytes([[list(template), multiplicity] for template, multiplicity in items])
 
 
-def _npy_header(count: int) -> bytes:
-    """The .npy (version 1.0) header of a 1-d little-endian int64 array, byte for byte what
-    `np.save` writes; built directly because numpy's writer costs ~30 us per pool."""
-    text = f"{{'descr': '<i8', 'fortran_order': False, 'shape': ({int(count)},), }}"
-    # numpy pads magic (6) + version (2) + length (2) + header + newline to a multiple of 64.
-    padding = -(10 + len(text) + 1) % 64
-    body = (text + " " * padding + "\n").encode("latin1")
-    return b"\x93NUMPY\x01\x00" + len(body).to_bytes(2, "little") + body
-
-
 _HEADER = re.compile(rb"\{'descr': '<i8', 'fortran_order': False, 'shape': \((\d+),\), \} *\n")
 
 
-def _read_npy_header(handle: Any) -> tuple[np.dtype[Any], tuple[int, ...], int]:
+def _readnpy_header(handle: Any) -> tuple[np.dtype[Any], tuple[int, ...], int]:
     """(dtype, shape, data offset) of an open .npy file; fast for the headers prepare writes."""
     start = handle.read(10)
     if start[:8] == b"\x93NUMPY\x01\x00":
@@ -219,18 +204,6 @@ def check_output(output: Path, *, overwrite: bool) -> None:
         )
 
 
-def _write_all(fd: int, buffers: list[Any]) -> None:
-    """os.writev until every byte is written (a write may be partial)."""
-    views = [memoryview(buffer).cast("B") for buffer in buffers]
-    while views:
-        written = os.writev(fd, views)
-        while views and written >= len(views[0]):
-            written -= len(views[0])
-            views.pop(0)
-        if views and written:
-            views[0] = views[0][written:]
-
-
 def _signal_exception(signum: int) -> BaseException:
     """What a signal becomes while a writer is open: Ctrl-C stays KeyboardInterrupt, SIGTERM
     exits with the shell's code for it (143)."""
@@ -244,7 +217,7 @@ class PreparedWriter:
 
     Use as a context manager. Leaving the block with an exception deletes the temporary
     directory; so do Ctrl-C and SIGTERM (while the block runs in the main thread, SIGTERM becomes
-    `SystemExit(143)`). `write_pool` may be called from several threads at once.
+    `SystemExit(143)`). `append_pool` may be called from several threads at once.
     """
 
     def __init__(self, output: str | os.PathLike[str], *, overwrite: bool = False) -> None:
@@ -256,7 +229,9 @@ class PreparedWriter:
         self._tmp_text = os.fspath(self.tmp_path)
         self._files: dict[str, dict[str, Any]] = {}
         self._lock = threading.Lock()
+        self._pools: PoolFiles | None = None
         self._creator: threading.Thread | None = None
+        self._create_error: BaseException | None = None
         self._stop = threading.Event()
         self._previous_handlers: dict[int, Any] = {}
         self._signal: int | None = None
@@ -303,6 +278,8 @@ class PreparedWriter:
     def _cleanup(self) -> None:
         try:
             self._stop_creating()
+            if self._pools is not None:
+                self._pools.abort()
             if not self._committed:
                 shutil.rmtree(self.tmp_path, ignore_errors=True)
         finally:
@@ -336,25 +313,23 @@ class PreparedWriter:
         (self.tmp_path / name).write_bytes(data)
         self._record(name, len(data), hashlib.sha256(data).hexdigest())
 
-    def create_pool_files(self, lengths: Iterable[int]) -> None:
-        """Create the pools' (empty) files in a background thread while the caller scans.
+    def create_pool_files(self, counts: Mapping[int, int]) -> None:
+        """Create every `pools/{length}.npy` (header included) in a background thread while the
+        caller scans; `append_pool` then fills them.
 
-        Creating a file costs 0.1-1 ms on journaled and network filesystems; with thousands of
-        distinct lengths, doing it ahead of `write_pool` hides that behind the scan.
+        Creating a file costs 20 us to 1 ms on journaled and network filesystems: with thousands
+        of distinct lengths, doing it ahead hides that behind the scan.
         """
-        names = [os.path.join(self._tmp_text, pool_file_name(length)) for length in lengths]
+        if self._pools is not None:
+            raise RuntimeError("create_pool_files was called twice")
+        pools = PoolFiles(self.tmp_path, counts)
+        self._pools = pools
 
         def create() -> None:
-            for name in names:
-                if self._stop.is_set():
-                    return
-                try:
-                    os.close(os.open(name, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644))
-                except FileExistsError:
-                    continue  # write_pool got there first
-                except OSError as error:  # write_pool will meet (and report) it too
-                    logger.debug("creating pool files ahead: %s", error)
-                    return
+            try:
+                pools.create(self._stop)
+            except BaseException as error:  # handed to the first append
+                self._create_error = error
 
         self._creator = threading.Thread(target=create, name="seqpack-create", daemon=True)
         self._creator.start()
@@ -365,42 +340,39 @@ class PreparedWriter:
             self._creator.join()
             self._creator = None
 
-    def write_pool(self, length: int, count: int, chunks: Iterable[np.ndarray]) -> None:
-        """Write `pools/{length}.npy` holding `count` int64 ids given in ascending chunks."""
-        name = pool_file_name(length)
-        header = _npy_header(count)
-        digest = hashlib.sha256(header)
-        written = 0
-        # Raw descriptors and one writev per chunk: tens of thousands of small pools make the
-        # per-file overhead count.
-        fd = os.open(
-            os.path.join(self._tmp_text, name), os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644
-        )
+    def _ready_pools(self) -> PoolFiles:
+        if self._creator is not None:
+            with self._lock:
+                if self._creator is not None:
+                    self._creator.join()
+                    self._creator = None
+        if self._create_error is not None:
+            raise self._write_error(self._create_error)
+        if self._pools is None:
+            raise RuntimeError("append_pool before create_pool_files")
+        return self._pools
+
+    def _write_error(self, error: BaseException) -> BaseException:
+        if isinstance(error, OSError):
+            return ConfigError(
+                f"cannot write the pools of {self.output}: {error.strerror or error}; free some "
+                "space or choose another --output"
+            )
+        return error
+
+    def append_pool(self, length: int, ids: np.ndarray) -> None:
+        """Append the next ascending int64 ids of `pools/{length}.npy`. Different pools may be
+        written from different threads at once; one pool's appends come in order."""
+        pools = self._ready_pools()
         try:
-            pending: list[Any] = [header]
-            for chunk in chunks:
-                data = np.ascontiguousarray(chunk, dtype=_POOL_DTYPE)
-                view = data.data.cast("B")
-                digest.update(view)
-                _write_all(fd, [*pending, view])
-                pending = []
-                written += data.size
-            if pending:
-                _write_all(fd, pending)
-        finally:
-            os.close(fd)
-        if written != count:
-            raise RuntimeError(f"pool {length}: wrote {written} ids, its header says {count}")
-        self._record(name, len(header) + 8 * count, digest.hexdigest())
+            pools.append(length, ids)
+        except OSError as error:
+            raise self._write_error(error) from None
 
     def commit(self, manifest: Mapping[str, Any]) -> Path:
         """Write the manifest (with every file's size and sha256) last, then rename into place."""
-        self._stop_creating()
-        unwritten = {f"{POOLS_DIR}/{name}" for name in os.listdir(self.tmp_path / POOLS_DIR)} - set(
-            self._files
-        )
-        if unwritten:
-            raise RuntimeError(f"pool files created but never written: {sorted(unwritten)[:3]}")
+        if self._pools is not None:
+            self._files.update(self._ready_pools().finish())
         shutil.rmtree(self.work_dir, ignore_errors=True)
         # Indented for people, except the (long) files table: one compact line.
         head = json.dumps({k: v for k, v in manifest.items() if k != "files"}, indent=1)
@@ -443,9 +415,9 @@ def write_prepared(
                 "counts and pools from one histogram (e.g. length_histogram_from_lengths)"
             )
     with PreparedWriter(output, overwrite=overwrite) as writer:
+        writer.create_pool_files(counts)
         for length in sorted(counts):
-            ids = np.sort(np.asarray(pools[length], dtype=_POOL_DTYPE))
-            writer.write_pool(length, int(counts[length]), [ids])
+            writer.append_pool(length, np.sort(np.asarray(pools[length], dtype=_POOL_DTYPE)))
         writer.write_bytes(COUNTS_NAME, counts_to_json(counts))
         writer.write_bytes(TEMPLATES_NAME, templates_to_json(templates))
         document = {"format_version": FORMAT_VERSION, "seqpack_version": __version__, **manifest}
@@ -553,7 +525,7 @@ def _open_pool(path: Path, name: str, expected: int, *, mmap_pools: bool) -> np.
     file_path = os.path.join(os.fspath(path), name)
     try:
         with open(file_path, "rb") as handle:
-            dtype, shape, offset = _read_npy_header(handle)
+            dtype, shape, offset = _readnpy_header(handle)
             if dtype != _POOL_DTYPE or len(shape) != 1:
                 raise _fail(path, f"{name} holds {dtype} {shape}; expected a 1-d int64 array")
             if shape[0] != expected:
@@ -655,7 +627,7 @@ def load_prepared(
         # check below catches a pool that disagrees with the counts without opening it.
         name = pool_file_name(length)
         recorded = files[name].get("bytes")
-        if recorded != len(_npy_header(count)) + 8 * count:
+        if recorded != len(npy_header(count)) + 8 * count:
             raise _fail(
                 root,
                 f"{name} has {recorded} bytes in the manifest, but counts.json says {count} "

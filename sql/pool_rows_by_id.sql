@@ -5,7 +5,7 @@
 SELECT length, id
 FROM (
     SELECT
-        CAST(COLUMNS([$length_column]) AS BIGINT) AS length,
+        COLUMNS([$length_column]) AS length,
         CAST(COLUMNS([$id_column]) AS BIGINT) AS id
     FROM read_parquet($paths, hive_partitioning = false)
 )

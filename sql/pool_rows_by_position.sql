@@ -6,7 +6,7 @@
 SELECT length, file_index, file_row_number
 FROM (
     SELECT
-        CAST(COLUMNS([$length_column]) AS BIGINT) AS length,
+        COLUMNS([$length_column]) AS length,
         file_index,
         file_row_number
     FROM read_parquet($paths, file_row_number = true, hive_partitioning = false)

@@ -196,7 +196,12 @@ def _run_python(script: str, **kwargs) -> subprocess.CompletedProcess[str]:
     )
 
 
-def test_more_distinct_lengths_than_the_open_files_limit(tmp_path: Path) -> None:
+@pytest.mark.parametrize("hard_limit_too", [False, True], ids=["soft", "soft and hard"])
+def test_more_distinct_lengths_than_the_open_files_limit(
+    tmp_path: Path, hard_limit_too: bool
+) -> None:
+    # With only the soft limit at 1024, prepare raises it to keep the pool files open; with the
+    # hard one at 1024 too, it opens each pool file per write instead.
     lengths = np.repeat(np.arange(1, 1801), 2)  # 1800 distinct lengths, 1800 pool files
     ids = np.random.default_rng(0).permutation(lengths.size)
     write_parquet(tmp_path / "in" / "a.parquet", {"n": lengths, "id": ids})
@@ -204,17 +209,19 @@ def test_more_distinct_lengths_than_the_open_files_limit(tmp_path: Path) -> None
         f"""
         import resource
         soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
-        resource.setrlimit(resource.RLIMIT_NOFILE, (1024, hard))
+        resource.setrlimit(resource.RLIMIT_NOFILE, (1024, 1024 if {hard_limit_too} else hard))
         from seqpack_cli.prepare import PrepareConfig, prepare_dataset
         prepared = prepare_dataset(PrepareConfig(
             inputs=[{str(tmp_path / "in")!r}], length_column="n", id_column="id",
             max_seq_len=4000, output={str(tmp_path / "out")!r}))
         arrays = [prepared.pools[length] for length in prepared.counts]
         print(len(arrays), sum(a.size for a in arrays))
+        print(resource.getrlimit(resource.RLIMIT_NOFILE)[0])
         """
     )
     assert result.returncode == 0, result.stderr
-    assert result.stdout.split() == ["1800", "3600"]
+    # Every pool is whole, and the raised soft limit is put back afterwards.
+    assert result.stdout.split() == ["1800", "3600", "1024"]
     assert resource.getrlimit(resource.RLIMIT_NOFILE)  # (this process's limit untouched)
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import io
 import json
 import os
@@ -19,11 +20,11 @@ import pytest
 from conftest import ParquetDataset
 
 from seqpack_cli.errors import ConfigError, InputError, PreparedFormatError
+from seqpack_cli.pool_files import npy_header
 from seqpack_cli.prepared import (
     FORMAT_VERSION,
     Prepared,
     PreparedWriter,
-    _npy_header,
     load_prepared,
     pool_file_name,
     write_prepared,
@@ -129,7 +130,7 @@ def test_npy_header_is_numpys(count: int) -> None:
     buffer = io.BytesIO()
     header = {"descr": "<i8", "fortran_order": False, "shape": (count,)}
     np.lib.format.write_array_header_1_0(buffer, header)
-    assert _npy_header(count) == buffer.getvalue()
+    assert npy_header(count) == buffer.getvalue()
 
 
 def test_pools_pickle_as_their_location(prepared_dir: Path) -> None:
@@ -221,6 +222,48 @@ def test_verify_catches_tampered_bytes(prepared_dir: Path, tmp_path: Path) -> No
         load_prepared(copy, verify=True)
 
 
+# ---- pool files -------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("keep_open", [True, False], ids=["kept open", "reopened per append"])
+def test_pool_files_are_npy_files_with_their_sha256(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, keep_open: bool
+) -> None:
+    from seqpack_cli import pool_files
+
+    if not keep_open:
+        monkeypatch.setattr(pool_files, "_RESERVED_FDS", 10**9)  # as if the hard limit were low
+    (tmp_path / "pools").mkdir()
+    pools = pool_files.PoolFiles(tmp_path, {7: 5, 3: 0, 12: 2})
+    pools.create()
+    pools.append(7, np.array([1, 4]))
+    pools.append(12, np.array([2, 3]))
+    pools.append(7, np.array([], dtype=np.int64))
+    pools.append(7, np.array([9, 10, 11]))
+    files = pools.finish()
+    assert sorted(files) == ["pools/12.npy", "pools/3.npy", "pools/7.npy"]
+    for name, expected in [("7", [1, 4, 9, 10, 11]), ("12", [2, 3]), ("3", [])]:
+        data = (tmp_path / "pools" / f"{name}.npy").read_bytes()
+        buffer = io.BytesIO()
+        np.save(buffer, np.array(expected, dtype="<i8"))
+        assert data == buffer.getvalue()
+        entry = files[f"pools/{name}.npy"]
+        assert entry == {"bytes": len(data), "sha256": hashlib.sha256(data).hexdigest()}
+
+
+def test_pool_files_refuse_too_many_ids_and_report_short_pools(tmp_path: Path) -> None:
+    from seqpack_cli.pool_files import PoolFiles
+
+    (tmp_path / "pools").mkdir()
+    pools = PoolFiles(tmp_path, {4: 2, 5: 1})
+    pools.create()
+    with pytest.raises(ValueError, match="pool 4: 3 ids written, its count is 2"):
+        pools.append(4, np.array([1, 2, 3]))
+    pools.append(4, np.array([1, 2]))
+    with pytest.raises(RuntimeError, match=r"1 pools were not filled, e\.g\. pool 5: 0 of 1"):
+        pools.finish()
+
+
 # ---- atomic writing ---------------------------------------------------------------------------
 
 
@@ -231,7 +274,8 @@ def _siblings(path: Path) -> list[str]:
 def test_a_failed_write_leaves_nothing(tmp_path: Path) -> None:
     output = tmp_path / "out"
     with pytest.raises(RuntimeError, match="boom"), PreparedWriter(output) as writer:
-        writer.write_pool(3, 1, [np.array([1])])
+        writer.create_pool_files({3: 1})
+        writer.append_pool(3, np.array([1]))
         raise RuntimeError("boom")
     assert not output.exists()
     assert _siblings(output) == []

@@ -153,12 +153,11 @@ def test_histogram_refuses_bad_lengths_with_count_and_first_row(tmp_path: Path, 
 
 
 def _scan_pools(files, counts, *, id_column, tmp_path, max_seq_len=10**9, workers=2):
-    written: dict[int, np.ndarray] = {}
+    pieces: dict[int, list[np.ndarray]] = {}
 
-    def sink(length, count, chunks):
-        ids = np.concatenate([np.asarray(c) for c in chunks])
-        assert ids.size == count
-        written[length] = ids
+    def append(length, ids):
+        assert ids.dtype == np.int64
+        pieces.setdefault(length, []).append(np.array(ids))
 
     work = tmp_path / "work"
     work.mkdir(exist_ok=True)
@@ -172,12 +171,15 @@ def _scan_pools(files, counts, *, id_column, tmp_path, max_seq_len=10**9, worker
             id_column=id_column,
             max_seq_len=max_seq_len,
             work_dir=work,
-            write_pool=sink,
+            append_pool=append,
             workers=workers,
         )
     finally:
         con.close()
     assert not list(work.iterdir()), "the work file is removed"
+    written = {length: np.concatenate(parts) for length, parts in pieces.items()}
+    for length, ids in written.items():
+        assert ids.size == counts[length], "each pool gets exactly its count"
     return written, result
 
 
@@ -187,10 +189,17 @@ def _assert_pools_equal(got: dict, expected: dict) -> None:
         np.testing.assert_array_equal(got[length], ids)
 
 
+@pytest.mark.parametrize("max_seq_len", [1000, 10**9], ids=["lengths as codes", "indexed"])
 @pytest.mark.parametrize("id_column", ["doc_id", None])
-def test_pools_match_numpy(parquet_dataset: ParquetDataset, tmp_path: Path, id_column) -> None:
+def test_pools_match_numpy(
+    parquet_dataset: ParquetDataset, tmp_path: Path, id_column, max_seq_len
+) -> None:
     pools, result = _scan_pools(
-        parquet_dataset.files, parquet_dataset.counts(), id_column=id_column, tmp_path=tmp_path
+        parquet_dataset.files,
+        parquet_dataset.counts(),
+        id_column=id_column,
+        tmp_path=tmp_path,
+        max_seq_len=max_seq_len,
     )
     _assert_pools_equal(pools, parquet_dataset.pools(by_row_index=id_column is None))
     assert result.num_ids == len(parquet_dataset.lengths)
@@ -206,12 +215,13 @@ def test_pools_with_tiny_batches_units_remaps_and_merged_runs(
     parquet_dataset: ParquetDataset, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, path: str
 ) -> None:
     # Shrink every size so each code path runs: many batches, re-mapping of the work file,
-    # multi-pool units, big pools sorted in runs and merged (scatter) or copied in chunks (id
-    # map), map chunks and parts smaller than the id span.
+    # multi-pool units, big pools sorted in runs and merged (scatter), map chunks smaller than
+    # the id span, small appends batched and flushed when too many wait (id map).
     if path == "scatter":
         monkeypatch.setattr(pool_layout, "MAX_MAP_IDS", 0)
     monkeypatch.setattr(pool_layout, "MAP_CHUNK_IDS", 100)
-    monkeypatch.setattr(pool_layout, "MAP_COUNT_IDS", 300)
+    monkeypatch.setattr(pool_layout, "MIN_APPEND_BYTES", 8 * 5)
+    monkeypatch.setattr(pool_layout, "MAX_BATCHED_BYTES", 8 * 20)
     monkeypatch.setattr(pool_layout, "BATCH_ROWS", 64)
     monkeypatch.setattr(pool_layout, "REMAP_ROWS", 200)
     monkeypatch.setattr(pool_layout, "UNIT_IDS", 50)
@@ -382,14 +392,16 @@ def test_fixture_dataset_round_trips(tmp_path: Path) -> None:
 def test_bounded_id_spans_are_never_sorted(
     parquet_dataset: ParquetDataset, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, id_column
 ) -> None:
-    # Row indexes and dense id columns take the id map, whose pools come out ascending: the
-    # split must neither sort nor merge.
+    # Row indexes and dense id columns take the id map, whose pools come out ascending: no
+    # work file is split, nothing is sorted or merged.
     def refuse(*args, **kwargs):
-        raise AssertionError("sorted a pool on the id-map path")
+        raise AssertionError("sorted or split pools on the id-map path")
+
+    from seqpack_cli import pools
 
     monkeypatch.setattr(pool_split, "sort_pools", refuse)
     monkeypatch.setattr(pool_split, "merged_runs", refuse)
-    monkeypatch.setattr(pool_layout, "MAX_SORT_IDS", 8)  # big pools: copied in chunks
+    monkeypatch.setattr(pools, "split_pools", refuse)
     pools, _ = _scan_pools(
         parquet_dataset.files, parquet_dataset.counts(), id_column=id_column, tmp_path=tmp_path
     )
@@ -404,8 +416,9 @@ def test_footer_id_bounds_pick_the_path(tmp_path: Path) -> None:
     files = scan.inspect_inputs([path], "num_tokens", "doc_id")
     assert pools._footer_id_bounds(files, "doc_id") == (5, 100)
     layout = pool_layout.Layout({1: 2, 2: 2})
-    assert id_map.fits(layout, 5, 100)
-    assert not id_map.fits(layout, 0, pool_layout.MAX_MAP_IDS)
+    assert id_map.fits(layout, 5, 100, 8192)
+    assert id_map.fits(layout, 5, 100, 10**9)  # lengths then get dense codes
+    assert not id_map.fits(layout, 0, pool_layout.MAX_MAP_IDS, 8192)
     # Without statistics there are no bounds, so the scatter path runs, with the same pools.
     import pyarrow as pa
     import pyarrow.parquet as pq
@@ -425,7 +438,7 @@ def test_footer_id_bounds_pick_the_path(tmp_path: Path) -> None:
 def test_ids_outside_the_footer_bounds_mean_changed_inputs() -> None:
     from seqpack_cli import id_map
 
-    ids = id_map.IdMap(pool_layout.Layout({3: 2}), 10, 20)
+    ids = id_map.IdMap(pool_layout.Layout({3: 2}), 10, 20, 100)
     ids.add(np.array([3]), np.array([10]))
     with pytest.raises(InputError, match="the inputs changed"):
         ids.add(np.array([3]), np.array([21]))

@@ -1,0 +1,223 @@
+"""The `pools/{length}.npy` files of a prepared directory while it is written.
+
+Every pool's size is known from the histogram before a single id is placed, so each file is
+created up front with its final `.npy` header, then filled by appends of ascending id chunks,
+hashed (sha256) as the bytes go out. No pool is ever held whole in memory or written twice.
+
+With thousands of distinct lengths the per-file costs dominate small datasets: creating a file
+costs 20 us to 1 ms on journaled filesystems, and opening one again for every chunk would cost as
+much again. So the files are created once (in a background thread, while the scan runs) and kept
+open when the open-files limit allows: the soft limit is raised towards the hard one for as long
+as the writer lives. Where even the hard limit is too low, each append opens and closes its file.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import os
+import threading
+import time
+from collections.abc import Mapping
+from typing import Any
+
+import numpy as np
+
+__all__ = ["POOL_DTYPE", "PoolFiles", "npy_header", "pool_file_name", "write_all"]
+
+logger = logging.getLogger(__name__)
+
+POOLS_DIR = "pools"
+POOL_DTYPE = np.dtype("<i8")
+_RESERVED_FDS = 256
+"""Descriptors left free for everything else (DuckDB's input files, logging, the interpreter)."""
+
+try:
+    import resource
+except ImportError:  # not on Windows: files are then opened per append
+    resource = None  # type: ignore[assignment]
+
+
+def pool_file_name(length: int) -> str:
+    """The path of a length's pool inside a prepared directory (`pools/{length}.npy`)."""
+    return f"{POOLS_DIR}/{int(length)}.npy"
+
+
+def npy_header(count: int) -> bytes:
+    """The .npy (version 1.0) header of a 1-d little-endian int64 array, byte for byte what
+    `np.save` writes; built directly because numpy's writer costs ~30 us per pool."""
+    text = f"{{'descr': '<i8', 'fortran_order': False, 'shape': ({int(count)},), }}"
+    # numpy pads magic (6) + version (2) + length (2) + header + newline to a multiple of 64.
+    padding = -(10 + len(text) + 1) % 64
+    body = (text + " " * padding + "\n").encode("latin1")
+    return b"\x93NUMPY\x01\x00" + len(body).to_bytes(2, "little") + body
+
+
+def write_all(fd: int, buffers: list[Any]) -> None:
+    """os.writev until every byte is written (a write may be partial)."""
+    views = [memoryview(buffer).cast("B") for buffer in buffers]
+    while views:
+        written = os.writev(fd, views)
+        while views and written >= len(views[0]):
+            written -= len(views[0])
+            views.pop(0)
+        if views and written:
+            views[0] = views[0][written:]
+
+
+def _open_files_now() -> int:
+    try:
+        return len(os.listdir("/proc/self/fd"))
+    except OSError:
+        return 64
+
+
+class _FdLimit:
+    """Raises the soft open-files limit enough to keep `count` more files open, if the hard
+    limit allows; `restore()` puts the old soft limit back."""
+
+    def __init__(self, count: int) -> None:
+        self.previous: tuple[int, int] | None = None
+        self.enough = False
+        if resource is None:
+            return
+        soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+        needed = _open_files_now() + count + _RESERVED_FDS
+        if soft == resource.RLIM_INFINITY or needed <= soft:
+            self.enough = True
+        elif hard == resource.RLIM_INFINITY or needed <= hard:
+            try:
+                resource.setrlimit(resource.RLIMIT_NOFILE, (needed, hard))
+            except (OSError, ValueError) as error:
+                logger.debug("cannot raise the open-files limit to %d: %s", needed, error)
+                return
+            self.previous = (soft, hard)
+            self.enough = True
+        else:
+            logger.info(
+                "open-files hard limit %d is below the %d pools: each write reopens its file",
+                hard,
+                count,
+            )
+
+    def restore(self) -> None:
+        if self.previous is not None and resource is not None:
+            try:
+                resource.setrlimit(resource.RLIMIT_NOFILE, self.previous)
+            except (OSError, ValueError) as error:
+                logger.debug("cannot restore the open-files limit: %s", error)
+            self.previous = None
+
+
+class PoolFiles:
+    """The pool files of `counts` inside `root`, created with their headers, filled by appends.
+
+    `create()` makes every file (run it in a background thread: `stop` ends it early); then
+    `append(length, ids)` adds the next ascending ids of one pool: appends to one pool come from
+    one thread at a time, in order, while different pools may be written from different threads.
+    `finish()` checks that every pool got exactly its count and returns each file's size and
+    sha256; `abort()` just closes everything.
+    """
+
+    def __init__(self, root: str | os.PathLike[str], counts: Mapping[int, int]) -> None:
+        self._root = os.fspath(root)
+        self.lengths = sorted(int(length) for length in counts)
+        self._position = {length: index for index, length in enumerate(self.lengths)}
+        self._expected = [int(counts[length]) for length in self.lengths]
+        self._written = [0] * len(self.lengths)
+        self._digests: list[Any] = [None] * len(self.lengths)
+        self._fds: list[int | None] = [None] * len(self.lengths)
+        self._limit: _FdLimit | None = None
+        self._lock = threading.Lock()
+        self._closed = False
+
+    def _path(self, index: int) -> str:
+        return os.path.join(self._root, pool_file_name(self.lengths[index]))
+
+    def create(self, stop: threading.Event | None = None) -> None:
+        """Create every pool file with its header; stops early (and quietly) once `stop` is set."""
+        started = time.perf_counter()
+        limit = _FdLimit(len(self.lengths))
+        with self._lock:
+            self._limit = limit
+        for index, count in enumerate(self._expected):
+            if stop is not None and stop.is_set():
+                return
+            header = npy_header(count)
+            fd = os.open(self._path(index), os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+            try:
+                write_all(fd, [header])
+            except BaseException:
+                os.close(fd)
+                raise
+            self._digests[index] = hashlib.sha256(header)
+            with self._lock:
+                if limit.enough and not self._closed:
+                    self._fds[index] = fd
+                else:
+                    os.close(fd)
+        logger.info(
+            "created %d pool files in %.2fs", len(self.lengths), time.perf_counter() - started
+        )
+
+    def append(self, length: int, ids: np.ndarray) -> None:
+        """Write the next ascending int64 ids of `length`'s pool."""
+        index = self._position[length]
+        data = np.ascontiguousarray(ids, dtype=POOL_DTYPE)
+        if self._written[index] + data.size > self._expected[index]:
+            raise ValueError(
+                f"pool {length}: {self._written[index] + data.size} ids written, its count is "
+                f"{self._expected[index]}"
+            )
+        if not data.size:
+            return
+        view = data.data.cast("B")
+        self._digests[index].update(view)
+        fd = self._fds[index]
+        if fd is not None:
+            write_all(fd, [view])
+        else:
+            fd = os.open(self._path(index), os.O_WRONLY | os.O_APPEND)
+            try:
+                write_all(fd, [view])
+            finally:
+                os.close(fd)
+        self._written[index] += data.size
+
+    def finish(self) -> dict[str, dict[str, Any]]:
+        """Close every file; `{name: {"bytes", "sha256"}}`. Raises unless each pool is full."""
+        self.abort()
+        short = [
+            (length, written, expected)
+            for length, written, expected in zip(
+                self.lengths, self._written, self._expected, strict=True
+            )
+            if written != expected
+        ]
+        if short:
+            length, written, expected = short[0]
+            raise RuntimeError(
+                f"{len(short)} pools were not filled, e.g. pool {length}: {written} of "
+                f"{expected} ids written"
+            )
+        return {
+            pool_file_name(length): {
+                "bytes": len(npy_header(expected)) + 8 * expected,
+                "sha256": digest.hexdigest(),
+            }
+            for length, expected, digest in zip(
+                self.lengths, self._expected, self._digests, strict=True
+            )
+        }
+
+    def abort(self) -> None:
+        """Close every open file and restore the open-files limit; safe to call twice."""
+        with self._lock:
+            self._closed = True
+            fds = [fd for fd in self._fds if fd is not None]
+            self._fds = [None] * len(self.lengths)
+            limit, self._limit = self._limit, None
+        for fd in fds:
+            os.close(fd)
+        if limit is not None:
+            limit.restore()
