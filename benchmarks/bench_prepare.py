@@ -1,12 +1,19 @@
 """How fast is `seqpack prepare`, against DuckDB reading the same columns?
 
 For each size: parquet files (~8k distinct lengths, shuffled unique ids) generated once into a
-cache folder, written in row groups so generation stays bounded in memory. Then, in one run:
+cache folder, written in row groups so generation stays bounded in memory. Then, in one run, each
+side measured the same way:
 
-- DuckDB's own time to read the columns prepare needs (`SELECT sum(len), sum(id)`), best of 3;
-- `seqpack prepare` end to end, run as the installed command in a subprocess whose peak RSS
-  (ru_maxrss from wait4) is reported (with --repeat, the fastest run and the largest peak);
+- in-process: DuckDB's time to read the columns prepare needs (`SELECT sum(len), sum(id)`, on an
+  open connection, best of 3) against the prepare job's own time (`seconds` of `--json`: the
+  library call, from the inputs to a loaded prepared/ directory);
+- as processes: a fresh `python -c "import duckdb; ..."` running that query, against the
+  `seqpack prepare` command end to end (interpreter start and imports included), whose peak RSS
+  (ru_maxrss from wait4) is reported. With --repeat: the fastest runs and the largest peak;
 - the histogram pass alone against DuckDB's scan of the length column.
+
+Dirty pages are flushed (`sync`) before every timed run, so writeback left by the data generation
+or by an earlier run does not throttle the next one.
 
 Targets: prepare within 6x DuckDB's read, peak RSS under 1 GiB at every size.
 
@@ -18,6 +25,7 @@ Targets: prepare within 6x DuckDB's read, peak RSS under 1 GiB at every size.
 from __future__ import annotations
 
 import argparse
+import json
 import math
 import os
 import shutil
@@ -81,9 +89,27 @@ def duckdb_read(paths: list[Path], columns: str, threads: int | None) -> float:
     con = duckdb.connect(config={"threads": threads} if threads else {})
     sql = f"SELECT {columns} FROM read_parquet($paths)"
     params = {"paths": [p.as_posix() for p in paths]}
+    os.sync()
     seconds = best_of(3, lambda: con.sql(sql, params=params).fetchall())
     con.close()
     return seconds
+
+
+def duckdb_process(paths: list[Path], threads: int | None) -> float:
+    """Wall seconds of a fresh Python process that imports DuckDB and reads both columns."""
+    config = {"threads": threads} if threads else {}
+    script = (
+        "import duckdb, sys; "
+        f"duckdb.connect(config={config!r}).sql('SELECT sum(num_tokens), sum(doc_id) "
+        "FROM read_parquet($p)', params={'p': sys.argv[1:]}).fetchall()"
+    )
+    command = [sys.executable, "-c", script, *(p.as_posix() for p in paths)]
+
+    def run() -> None:
+        subprocess.run(command, check=True)
+
+    os.sync()
+    return best_of(3, run)
 
 
 def histogram_time(paths: list[Path], threads: int | None) -> tuple[float, int]:
@@ -99,23 +125,28 @@ def histogram_time(paths: list[Path], threads: int | None) -> tuple[float, int]:
     return seconds, len(result)
 
 
-def prepare_run(folder: Path, output: Path, threads: int | None) -> tuple[float, float]:
-    """Wall seconds and peak RSS (MiB) of `seqpack prepare` in its own process."""
+def prepare_run(folder: Path, output: Path, threads: int | None) -> tuple[float, float, float]:
+    """(job seconds, process wall seconds, peak RSS in MiB) of `seqpack prepare` in its own
+    process; the job's seconds are those its `--json` summary reports."""
     command = [
         str(Path(sys.executable).parent / "seqpack"), "prepare", str(folder),
         "--length-column", "num_tokens", "--id-column", "doc_id",
-        "--max-seq-len", str(MAX_SEQ_LEN), "--output", str(output), "--quiet",
+        "--max-seq-len", str(MAX_SEQ_LEN), "--output", str(output), "--json",
     ]  # fmt: skip
     if threads:
         command += ["--threads", str(threads)]
+    os.sync()
     started = time.perf_counter()
-    process = subprocess.Popen(command)
+    process = subprocess.Popen(command, stdout=subprocess.PIPE)
+    assert process.stdout is not None
+    summary = process.stdout.read()
     _, status, usage = os.wait4(process.pid, 0)
     seconds = time.perf_counter() - started
     process.returncode = os.waitstatus_to_exitcode(status)
     if process.returncode:
         raise SystemExit(f"prepare failed with exit code {process.returncode}")
-    return seconds, usage.ru_maxrss / 1024  # Linux reports KiB
+    job = float(json.loads(summary)["seconds"])
+    return job, seconds, usage.ru_maxrss / 1024  # Linux reports KiB
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -149,39 +180,40 @@ def main(argv: list[str] | None = None) -> int:
         print(f"{num_rows:,} rows: data ready in {time.perf_counter() - started:.1f} s", flush=True)
         paths = resolve_inputs([folder])
         read_both = duckdb_read(paths, "sum(num_tokens), sum(doc_id)", args.threads)
+        read_process = duckdb_process(paths, args.threads)
         read_length = duckdb_read(paths, "sum(num_tokens)", args.threads)
         hist_seconds, distinct = histogram_time(paths, args.threads)
         runs = [
             prepare_run(folder, outputs / f"prepared-{num_rows}-{run}", args.threads)
             for run in range(args.repeat)
         ]
-        prepare_seconds = min(seconds for seconds, _ in runs)
-        rss = max(peak for _, peak in runs)
+        job = min(run[0] for run in runs)
+        process = min(run[1] for run in runs)
+        rss = max(run[2] for run in runs)
         rows_out.append(
-            (
-                num_rows,
-                len(paths),
-                distinct,
-                read_both,
-                prepare_seconds,
-                rss,
-                read_length,
-                hist_seconds,
-            )
+            (num_rows, len(paths), distinct, read_both, job, read_process, process, rss,
+             read_length, hist_seconds)
+        )  # fmt: skip
+        print(
+            f"  prepare job {', '.join(f'{run[0]:.2f}' for run in runs)} s, process "
+            f"{', '.join(f'{run[1]:.2f}' for run in runs)} s, peak RSS {rss:.0f} MiB",
+            flush=True,
         )
-        print(f"  prepare {prepare_seconds:.2f} s, peak RSS {rss:.0f} MiB", flush=True)
 
     header = (
-        f"{'rows':>13} {'files':>5} {'lengths':>7} | {'duckdb len+id':>13} {'prepare':>8} "
-        f"{'ratio':>6} {'peak RSS':>9} | {'duckdb len':>10} {'histogram':>9} {'ratio':>6}"
+        f"{'rows':>13} {'lengths':>7} | {'duckdb read':>11} {'prepare':>8} {'ratio':>6} | "
+        f"{'duckdb proc':>11} {'seqpack':>8} {'ratio':>6} {'peak RSS':>9} | "
+        f"{'duckdb len':>10} {'histogram':>9} {'ratio':>6}"
     )
-    print("\n" + header)
+    print("\n" + f"{'':>21} | {'in-process (job)':^28} | {'as processes (end to end)':^39} |")
+    print(header)
     print("-" * len(header))
-    for num_rows, files, distinct, both, prep, rss, length, hist in rows_out:
+    for row in rows_out:
+        num_rows, _, distinct, both, job, both_process, process, rss, length, hist = row
         print(
-            f"{num_rows:>13,} {files:>5} {distinct:>7,} | {both:>12.3f}s {prep:>7.2f}s "
-            f"{prep / both:>5.1f}x {rss:>6.0f} MiB | {length:>9.3f}s {hist:>8.3f}s "
-            f"{hist / length:>5.1f}x"
+            f"{num_rows:>13,} {distinct:>7,} | {both:>10.3f}s {job:>7.2f}s {job / both:>5.1f}x | "
+            f"{both_process:>10.3f}s {process:>7.2f}s {process / both_process:>5.1f}x "
+            f"{rss:>5.0f} MiB | {length:>9.3f}s {hist:>8.3f}s {hist / length:>5.1f}x"
         )
     for done in outputs.glob("prepared-*"):
         shutil.rmtree(done)
