@@ -262,10 +262,11 @@ def scan_pools(
     except _NullIds:
         raise _null_ids_error(con, files, id_column) from None
     except duckdb.ConversionException as error:
-        # DuckDB's message names the column and the value.
+        # DuckDB's message names the column and the value. Only ids are cast: lengths stream in
+        # their own type, and any too large for the cap were refused by the histogram pass.
         raise InputError(
-            f"{first_line(error)}; lengths and ids must fit in a signed 64-bit integer: renumber "
-            "the ids, or drop --id-column to use row indexes as ids"
+            f"{first_line(error)}; ids must fit in a signed 64-bit integer: renumber the ids, or "
+            "drop --id-column to use row indexes as ids"
         ) from None
     except duckdb.Error as error:
         raise read_error(error) from None

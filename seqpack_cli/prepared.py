@@ -124,7 +124,7 @@ def templates_to_json(templates: Mapping[tuple[int, ...], int]) -> bytes:
 _HEADER = re.compile(rb"\{'descr': '<i8', 'fortran_order': False, 'shape': \((\d+),\), \} *\n")
 
 
-def _readnpy_header(handle: Any) -> tuple[np.dtype[Any], tuple[int, ...], int]:
+def _read_npy_header(handle: Any) -> tuple[np.dtype[Any], tuple[int, ...], int]:
     """(dtype, shape, data offset) of an open .npy file; fast for the headers prepare writes."""
     start = handle.read(10)
     if start[:8] == b"\x93NUMPY\x01\x00":
@@ -226,7 +226,6 @@ class PreparedWriter:
         token = f"{os.getpid()}-{uuid.uuid4().hex[:8]}"
         self.tmp_path = self.output.parent / f".{self.output.name}{_TMP_MARKER}{token}"
         self._old_path = self.output.parent / f".{self.output.name}{_OLD_MARKER}{token}"
-        self._tmp_text = os.fspath(self.tmp_path)
         self._files: dict[str, dict[str, Any]] = {}
         self._lock = threading.Lock()
         self._pools: PoolFiles | None = None
@@ -341,11 +340,9 @@ class PreparedWriter:
             self._creator = None
 
     def _ready_pools(self) -> PoolFiles:
-        if self._creator is not None:
-            with self._lock:
-                if self._creator is not None:
-                    self._creator.join()
-                    self._creator = None
+        creator = self._creator
+        if creator is not None:
+            creator.join()  # once done, joining again (from any thread) returns at once
         if self._create_error is not None:
             raise self._write_error(self._create_error)
         if self._pools is None:
@@ -525,7 +522,7 @@ def _open_pool(path: Path, name: str, expected: int, *, mmap_pools: bool) -> np.
     file_path = os.path.join(os.fspath(path), name)
     try:
         with open(file_path, "rb") as handle:
-            dtype, shape, offset = _readnpy_header(handle)
+            dtype, shape, offset = _read_npy_header(handle)
             if dtype != _POOL_DTYPE or len(shape) != 1:
                 raise _fail(path, f"{name} holds {dtype} {shape}; expected a 1-d int64 array")
             if shape[0] != expected:

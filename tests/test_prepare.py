@@ -225,6 +225,31 @@ def test_more_distinct_lengths_than_the_open_files_limit(
     assert resource.getrlimit(resource.RLIMIT_NOFILE)  # (this process's limit untouched)
 
 
+@pytest.mark.parametrize("id_column", ["doc_id", None])
+def test_a_full_disk_is_one_clear_error_and_leaves_nothing(
+    parquet_dataset: ParquetDataset,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    id_column: str | None,
+) -> None:
+    import errno
+
+    from seqpack_cli import pool_files
+
+    real_write_all = pool_files.write_all
+
+    def write_all(fd, buffers):
+        if sum(memoryview(b).nbytes for b in buffers) > 200:  # headers pass, ids do not
+            raise OSError(errno.ENOSPC, "No space left on device")
+        real_write_all(fd, buffers)
+
+    monkeypatch.setattr(pool_files, "write_all", write_all)
+    output = tmp_path / "out"
+    with pytest.raises(ConfigError, match=r"cannot write the pools of .*out: No space left"):
+        prepare_dataset(_config(parquet_dataset, output, id_column=id_column))
+    assert _nothing_written(output)
+
+
 @pytest.fixture(scope="module")
 def big_dataset(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """About a second of prepare work: 1.5M rows in 3 files, 3000 distinct lengths."""
