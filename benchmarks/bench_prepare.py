@@ -13,7 +13,11 @@ side measured the same way:
 - the histogram pass alone against DuckDB's scan of the length column.
 
 Dirty pages are flushed (`sync`) before every timed run, so writeback left by the data generation
-or by an earlier run does not throttle the next one.
+or by an earlier run does not throttle the next one. Outputs are deleted only at the end (on ext4
+without a journal, creating files right after thousands were deleted is quadratic). Two figures
+of the machine itself come last, as they can dominate prepare's time on a VM: creating the 8,192
+pool files (each run's own, from its log) and 8,192 empty files, and the first touch of 1 GiB of
+fresh memory (a VM whose host hands memory back lazily charges each new page a fault).
 
 Targets: prepare within 6x DuckDB's read, peak RSS under 1 GiB at every size.
 
@@ -28,9 +32,11 @@ import argparse
 import json
 import math
 import os
+import re
 import shutil
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -125,9 +131,12 @@ def histogram_time(paths: list[Path], threads: int | None) -> tuple[float, int]:
     return seconds, len(result)
 
 
-def prepare_run(folder: Path, output: Path, threads: int | None) -> tuple[float, float, float]:
-    """(job seconds, process wall seconds, peak RSS in MiB) of `seqpack prepare` in its own
-    process; the job's seconds are those its `--json` summary reports."""
+def prepare_run(
+    folder: Path, output: Path, threads: int | None
+) -> tuple[float, float, float, float]:
+    """(job seconds, process wall seconds, peak RSS in MiB, seconds to create the pool files) of
+    `seqpack prepare` in its own process; the job's seconds are those its `--json` summary
+    reports, the pool files' those its log (`LOGLEVEL=INFO`) reports."""
     command = [
         str(Path(sys.executable).parent / "seqpack"), "prepare", str(folder),
         "--length-column", "num_tokens", "--id-column", "doc_id",
@@ -137,16 +146,49 @@ def prepare_run(folder: Path, output: Path, threads: int | None) -> tuple[float,
         command += ["--threads", str(threads)]
     os.sync()
     started = time.perf_counter()
-    process = subprocess.Popen(command, stdout=subprocess.PIPE)
-    assert process.stdout is not None
-    summary = process.stdout.read()
-    _, status, usage = os.wait4(process.pid, 0)
+    environment = {**os.environ, "LOGLEVEL": "INFO"}
+    # The log goes to a file: reading two pipes would need communicate(), which reaps the
+    # process before wait4 can report its peak RSS.
+    with tempfile.TemporaryFile() as log_file:
+        process = subprocess.Popen(
+            command, stdout=subprocess.PIPE, stderr=log_file, env=environment
+        )
+        assert process.stdout is not None
+        summary = process.stdout.read()
+        _, status, usage = os.wait4(process.pid, 0)
+        log_file.seek(0)
+        log = log_file.read()
     seconds = time.perf_counter() - started
     process.returncode = os.waitstatus_to_exitcode(status)
     if process.returncode:
+        sys.stderr.write(log.decode(errors="replace"))
         raise SystemExit(f"prepare failed with exit code {process.returncode}")
     job = float(json.loads(summary)["seconds"])
-    return job, seconds, usage.ru_maxrss / 1024  # Linux reports KiB
+    created = re.search(rb"created \d+ pool files in ([0-9.]+)s", log)
+    creation = float(created.group(1)) if created else math.nan
+    return job, seconds, usage.ru_maxrss / 1024, creation  # Linux reports KiB
+
+
+def file_creation_seconds(folder: Path, count: int) -> float:
+    """Seconds to create `count` empty files in a new folder (left for the final clean-up)."""
+    folder.mkdir(parents=True)
+    started = time.perf_counter()
+    for number in range(count):
+        os.close(os.open(folder / f"{number}.npy", os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644))
+    return time.perf_counter() - started
+
+
+def memory_touch_seconds() -> float:
+    """Seconds for a fresh process to write 1 GiB of newly allocated memory (its own interpreter
+    start-up excluded), so this process's heap stays as it was."""
+    script = (
+        "import time, numpy as np; started = time.perf_counter(); "
+        "np.ones(1 << 27, dtype=np.int64); print(time.perf_counter() - started)"
+    )
+    completed = subprocess.run(
+        [sys.executable, "-c", script], check=True, capture_output=True, text=True
+    )
+    return float(completed.stdout)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -196,7 +238,8 @@ def main(argv: list[str] | None = None) -> int:
         )  # fmt: skip
         print(
             f"  prepare job {', '.join(f'{run[0]:.2f}' for run in runs)} s, process "
-            f"{', '.join(f'{run[1]:.2f}' for run in runs)} s, peak RSS {rss:.0f} MiB",
+            f"{', '.join(f'{run[1]:.2f}' for run in runs)} s, peak RSS {rss:.0f} MiB, "
+            f"creating its {distinct:,} pool files {', '.join(f'{run[3]:.2f}' for run in runs)} s",
             flush=True,
         )
 
@@ -215,6 +258,11 @@ def main(argv: list[str] | None = None) -> int:
             f"{both_process:>10.3f}s {process:>7.2f}s {process / both_process:>5.1f}x "
             f"{rss:>5.0f} MiB | {length:>9.3f}s {hist:>8.3f}s {hist / length:>5.1f}x"
         )
+    empty_files = file_creation_seconds(outputs / f"prepared-probe-{time.time_ns()}", 8192)
+    print(
+        f"this machine: 8,192 empty files created in {empty_files:.2f} s; 1 GiB of fresh memory "
+        f"first written in {memory_touch_seconds():.2f} s"
+    )
     for done in outputs.glob("prepared-*"):
         shutil.rmtree(done)
     print(
