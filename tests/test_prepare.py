@@ -84,6 +84,35 @@ def test_prepare_matches_the_numpy_oracle(
     assert load_prepared(tmp_path / "out", verify=True).counts == counts
 
 
+@pytest.mark.parametrize("length_type", [np.uint8, np.int16, np.uint16, np.uint32, np.uint64])
+@pytest.mark.parametrize("ids", ["dense", "sparse", "rows"])
+@pytest.mark.parametrize("max_seq_len", [250, 70_000])
+def test_any_integer_length_type_gives_the_same_pools(
+    tmp_path: Path, length_type, ids: str, max_seq_len: int
+) -> None:
+    # Lengths stream in their own parquet type (never cast): every integer type, through the id
+    # map (dense ids, row indexes; lengths as codes or indexed) and the scatter (sparse ids).
+    rng = np.random.default_rng(7)
+    lengths = rng.integers(1, 201, 300)
+    doc_ids = rng.permutation(300) * (1 << 40 if ids == "sparse" else 1)
+    columns = {"num_tokens": lengths.astype(length_type), "doc_id": doc_ids}
+    write_parquet(tmp_path / "in" / "a.parquet", columns, row_group_size=64)
+    config = PrepareConfig(
+        inputs=[tmp_path / "in"],
+        length_column="num_tokens",
+        id_column=None if ids == "rows" else "doc_id",
+        max_seq_len=max_seq_len,
+        output=tmp_path / "out",
+    )
+    prepared = prepare_dataset(config)
+    expected_ids = np.arange(300) if ids == "rows" else doc_ids
+    assert prepared.counts == {
+        int(n): int(c) for n, c in zip(*np.unique(lengths, return_counts=True), strict=True)
+    }
+    for length, pool in prepared.pools.items():
+        np.testing.assert_array_equal(pool, np.sort(expected_ids[lengths == length]))
+
+
 def test_identical_bytes_whatever_the_threads_and_input_order(
     parquet_dataset: ParquetDataset, tmp_path: Path
 ) -> None:
