@@ -5,10 +5,11 @@ created up front with its final `.npy` header, then filled by appends of ascendi
 hashed (sha256) as the bytes go out. No pool is ever held whole in memory or written twice.
 
 With thousands of distinct lengths the per-file costs dominate small datasets: creating a file
-costs 20 us to 1 ms on journaled filesystems, and opening one again for every chunk would cost as
-much again. So the files are created once (in a background thread, while the scan runs) and kept
-open when the open-files limit allows: the soft limit is raised towards the hard one for as long
-as the writer lives. Where even the hard limit is too low, each append opens and closes its file.
+costs 20 us to 1 ms (up to 0.5 ms on ext4 without a journal, right after many files were deleted),
+and opening one again for every chunk would cost as much again. So the files are created once (in a
+background thread, while the scan runs) and kept open when the open-files limit allows: the soft
+limit is raised towards the hard one for as long as the writer lives. Where even the hard limit is
+too low, each append opens and closes its file.
 """
 
 from __future__ import annotations

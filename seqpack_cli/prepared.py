@@ -316,8 +316,8 @@ class PreparedWriter:
         """Create every `pools/{length}.npy` (header included) in a background thread while the
         caller scans; `append_pool` then fills them.
 
-        Creating a file costs 20 us to 1 ms on journaled and network filesystems: with thousands
-        of distinct lengths, doing it ahead hides that behind the scan.
+        Creating a file costs 20 us to 1 ms on local and network filesystems: with thousands of
+        distinct lengths, doing it ahead hides that behind the scan.
         """
         if self._pools is not None:
             raise RuntimeError("create_pool_files was called twice")
