@@ -33,7 +33,7 @@ class _SeqpackGroup(TyperGroup):
         except SeqpackError as error:
             if os.environ.get("SEQPACK_DEBUG") == "1":
                 raise
-            typer.secho(f"error: {error}", fg="red", err=True)
+            typer.secho(f"error: {error.cli_message()}", fg="red", err=True)
             ctx.exit(1)
 
 

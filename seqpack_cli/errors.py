@@ -1,17 +1,47 @@
-"""The exceptions seqpack raises.
+"""The exceptions seqpack raises, and how their messages name options.
 
 Every message says what went wrong, the offending value, what was expected and how to fix it,
 naming the file, column or option involved. The CLI turns any `SeqpackError` into one line on
 stderr and exit code 1.
+
+An option is named through `option(...)`, so one message reads right in both places: the command
+line shows the flag (`--max-seq-len`), Python shows the argument (`max_seq_len`, or the
+`python=` spelling such as `overwrite=True`). `str(error)` is the Python form;
+`error.cli_message()` the command-line form.
 """
 
 from __future__ import annotations
 
-__all__ = ["ConfigError", "InputError", "PreparedFormatError", "SeqpackError"]
+import re
+
+__all__ = [
+    "ConfigError",
+    "InputError",
+    "PreparedFormatError",
+    "SeqpackError",
+    "option",
+]
+
+_MARK = "\x1f"  # ASCII unit separator: never in a path, column name or value a message quotes
+_OPTION = re.compile(f"{_MARK}([^{_MARK}]*){_MARK}([^{_MARK}]*){_MARK}")
+
+
+def option(name: str, *, python: str | None = None) -> str:
+    """An option named inside an error message: `--kebab-case` on the command line, `name` (or
+    `python`, e.g. "overwrite=True") in Python."""
+    return f"{_MARK}{name}{_MARK}{python or name}{_MARK}"
 
 
 class SeqpackError(Exception):
     """Base class of every error seqpack raises on purpose."""
+
+    def __str__(self) -> str:
+        return _OPTION.sub(lambda match: match.group(2), super().__str__())
+
+    def cli_message(self) -> str:
+        """The message as the command line shows it: options as flags."""
+        text = super().__str__()
+        return _OPTION.sub(lambda match: "--" + match.group(1).replace("_", "-"), text)
 
 
 class InputError(SeqpackError, ValueError):

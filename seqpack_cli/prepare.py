@@ -26,6 +26,7 @@ from seqpack_cli.errors import ConfigError, InputError
 from seqpack_cli.lengths import check_max_seq_len, check_max_seqs_per_bin
 from seqpack_cli.prepared import (
     COUNTS_NAME,
+    FORMAT_NAME,
     FORMAT_VERSION,
     TEMPLATES_NAME,
     Prepared,
@@ -163,6 +164,7 @@ def _manifest(
         "id_max": id_range[1],
     }
     return {
+        "format": FORMAT_NAME,
         "format_version": FORMAT_VERSION,
         "seqpack_version": __version__,
         # The reference's manifest keys, kept for code written against it.

@@ -1,0 +1,41 @@
+"""The `prepared/` directory: the on-disk index that `seqpack prepare` writes once.
+
+- `layout`: file names, the format version, canonical JSON bytes, `Prepared`;
+- `writer`: `PreparedWriter` (atomic: temporary sibling, manifest last, rename), `write_prepared`;
+- `reader`: `load_prepared` and `PoolMap` (memory-mapped pools, checks, `verify=True` hashes).
+
+Part of the training-time runtime: imports neither duckdb nor rich.
+"""
+
+from __future__ import annotations
+
+from seqpack_cli.pool_files import pool_file_name
+from seqpack_cli.prepared.layout import (
+    COUNTS_NAME,
+    FORMAT_NAME,
+    FORMAT_VERSION,
+    MANIFEST_NAME,
+    TEMPLATES_NAME,
+    Prepared,
+    counts_to_json,
+    templates_to_json,
+)
+from seqpack_cli.prepared.reader import PoolMap, load_prepared
+from seqpack_cli.prepared.writer import PreparedWriter, check_output, write_prepared
+
+__all__ = [
+    "COUNTS_NAME",
+    "FORMAT_NAME",
+    "FORMAT_VERSION",
+    "MANIFEST_NAME",
+    "TEMPLATES_NAME",
+    "PoolMap",
+    "Prepared",
+    "PreparedWriter",
+    "check_output",
+    "counts_to_json",
+    "load_prepared",
+    "pool_file_name",
+    "templates_to_json",
+    "write_prepared",
+]

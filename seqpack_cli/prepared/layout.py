@@ -1,0 +1,87 @@
+"""The `prepared/` layout: file names, the format version, the canonical JSON bytes, and
+`Prepared`, what `load_prepared` returns.
+
+```
+prepared/
+  manifest.json     format_version, seqpack version, config, inputs, summary, every file's
+                    size and sha256; written last, so its presence means the rest is complete
+  counts.json       {length: number of sequences}, lengths ascending
+  templates.json    [[template_lengths, multiplicity], ...], templates descending
+  pools/{length}.npy  int64 ids of that length, ascending
+```
+"""
+
+from __future__ import annotations
+
+import json
+from collections import Counter
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+__all__ = [
+    "COUNTS_NAME",
+    "FORMAT_NAME",
+    "FORMAT_VERSION",
+    "MANIFEST_NAME",
+    "TEMPLATES_NAME",
+    "Prepared",
+    "counts_to_json",
+    "templates_to_json",
+]
+
+FORMAT_NAME = "seqpack-prepared"
+"""The manifest's `format`: what marks a directory as a seqpack prepared directory."""
+FORMAT_VERSION = 1
+"""Version of the `prepared/` layout; `load_prepared` refuses any other."""
+
+MANIFEST_NAME = "manifest.json"
+COUNTS_NAME = "counts.json"
+TEMPLATES_NAME = "templates.json"
+
+
+@dataclass(frozen=True, eq=False)
+class Prepared:
+    """A loaded `prepared/` directory.
+
+    Unpacks like the reference's tuple: `manifest, counts, templates, pools = load_prepared(p)`.
+    """
+
+    path: Path
+    manifest: dict[str, Any]
+    counts: dict[int, int]
+    templates: Counter[tuple[int, ...]]
+    pools: Mapping[int, np.ndarray] = field(repr=False)
+
+    @property
+    def max_seq_len(self) -> int:
+        """The bin capacity the templates were packed for."""
+        return int(self.manifest["config"]["max_seq_len"])
+
+    @property
+    def summary(self) -> dict[str, Any]:
+        """Sequences, tokens, bins, efficiency, lower bound and drops, as recorded by prepare."""
+        return dict(self.manifest.get("summary", {}))
+
+    def __iter__(self) -> Iterator[Any]:
+        return iter((self.manifest, self.counts, self.templates, self.pools))
+
+
+def _json_bytes(value: Any) -> bytes:
+    return (json.dumps(value) + "\n").encode()
+
+
+def counts_to_json(counts: Mapping[int, int]) -> bytes:
+    """counts.json's bytes: `{"length": count}` with lengths ascending."""
+    return _json_bytes({str(length): int(counts[length]) for length in sorted(counts)})
+
+
+def templates_to_json(templates: Mapping[tuple[int, ...], int]) -> bytes:
+    """templates.json's bytes: `[[template_lengths, multiplicity], ...]`."""
+    # The reference's [[template_lengths, multiplicity], ...]; descending templates give one
+    # canonical order whatever order the packer produced them in.
+    items = sorted(((tuple(int(x) for x in t), int(m)) for t, m in templates.items()), reverse=True)
+    return _json_bytes([[list(template), multiplicity] for template, multiplicity in items])
