@@ -19,7 +19,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from seqpack_cli.errors import InputError
+from seqpack_cli.errors import ConfigError, InputError, option
 from seqpack_cli.scan import InputFile, load_sql, location, one_row, read_error
 
 __all__ = ["BitmapIdCheck", "DenseIdCheck", "IdCheck", "check_duplicates", "id_check"]
@@ -136,7 +136,15 @@ def check_duplicates(
             row = one_row(con, "duplicate_ids_all", params)
         else:
             candidates_path = work_dir / "candidate_ids.parquet"
-            pq.write_table(pa.table({"id": np.concatenate(check.candidates)}), candidates_path)
+            try:
+                pq.write_table(pa.table({"id": np.concatenate(check.candidates)}), candidates_path)
+            except OSError as error:
+                candidates_path.unlink(missing_ok=True)
+                raise ConfigError(
+                    f"cannot write the duplicate-id candidates in {work_dir}: "
+                    f"{error.strerror or error}; free some space or choose another "
+                    f"{option('output')}"
+                ) from None
             try:
                 row = one_row(
                     con, "duplicate_ids", {**params, "candidates_path": candidates_path.as_posix()}
@@ -151,7 +159,7 @@ def check_duplicates(
         raise read_error(error) from None
     places = " and ".join(location(files, file_index, row) for file_index, row in where)
     raise InputError(
-        f"id column {id_column!r} (--id-column) has {num_duplicated} duplicated ids "
+        f"id column {id_column!r} ({option('id_column')}) has {num_duplicated} duplicated ids "
         f"({num_extra} extra rows), e.g. id {example} in {places}; ids must be unique: fix the "
-        "data, or drop --id-column to use row indexes as ids"
+        f"data, or drop {option('id_column')} to use row indexes as ids"
     )

@@ -56,16 +56,17 @@ class IdMap:
         self.layout = layout
         self.id_min = id_min
         self.id_max = id_max
-        self._length_codes: np.ndarray | None
-        if _lengths_are_codes(max_length):
-            self._length_codes = None
+        self._length_codes: np.ndarray | None = None
+        self._direct = _lengths_are_codes(max_length)
+        if self._direct:
             self._code_lengths = list(range(max_length + 1))
             self._expected = np.zeros(max_length + 1, dtype=np.int64)
             self._expected[layout.lengths] = layout.sizes
         else:
             num = len(layout.lengths)
-            # Lengths not in the layout map to num (Layout.index's sentinel), hence code num + 1.
-            self._length_codes = (layout.index.astype(np.uint32) + 1).astype(np.uint16)
+            # Lengths not in the layout get position num (the sentinel), hence code num + 1.
+            if int(layout.lengths[-1]) <= layout.table_end:  # one lookup per id, to codes
+                self._length_codes = (layout.table.astype(np.uint32) + 1).astype(np.uint16)
             self._code_lengths = [0, *layout.lengths.tolist(), 0]
             self._expected = np.zeros(num + 2, dtype=np.int64)
             self._expected[1 : num + 1] = layout.sizes
@@ -78,12 +79,14 @@ class IdMap:
             raise changed_error()  # the footers' statistics promised otherwise
         if self.id_min:
             ids = ids - self.id_min
-        if self._length_codes is None:
+        if self._direct:
             # Lengths are <= max_length < 2**16 (the query filters them): stored as they are.
             self.codes[ids] = lengths
-        else:
+        elif self._length_codes is not None:
             # mode='clip' maps any length past the last one to the sentinel code.
             self.codes[ids] = np.take(self._length_codes, lengths, mode="clip")
+        else:
+            self.codes[ids] = self.layout.positions(lengths) + 1
         return low, high
 
     def fill(

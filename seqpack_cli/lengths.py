@@ -4,6 +4,8 @@ The packers accept lengths as a flat sequence (Python list, tuple or numpy array
 dtype) or as a histogram `{length: count}`. Everything is checked here, once, at the boundary:
 a bad length raises `InputError` naming the value, where it is, the limit and the way out; a bad
 limit raises `ConfigError` naming the option.
+
+`max_seq_len`, and so every length packed, is at most `MAX_SEQ_LEN_LIMIT` (2**31 - 1).
 """
 
 from __future__ import annotations
@@ -14,9 +16,10 @@ from typing import Any
 
 import numpy as np
 
-from seqpack_cli.errors import ConfigError, InputError
+from seqpack_cli.errors import ConfigError, InputError, option
 
 __all__ = [
+    "MAX_SEQ_LEN_LIMIT",
     "check_max_seq_len",
     "check_max_seqs_per_bin",
     "check_seed",
@@ -25,7 +28,15 @@ __all__ = [
     "validate_length_counts",
 ]
 
-_OVER_CAP_FIX = "filter the sequences (e.g. --filter-over-cap) or raise --max-seq-len"
+MAX_SEQ_LEN_LIMIT = 2**31 - 1
+"""The largest `max_seq_len` seqpack accepts. A bin's token offsets (`cu_seqlens`, position ids)
+are int32 in FlashAttention's varlen kernels and in the collator, so a bin of more tokens could not
+be trained on; the bound also keeps every length, and a template's sum, far from int64 overflow."""
+
+_OVER_CAP_FIX = (
+    f"filter the sequences (e.g. {option('filter_over_cap', python='filter_over_cap=True')}) "
+    f"or raise {option('max_seq_len')}"
+)
 
 
 def _is_int(value: Any) -> bool:
@@ -34,29 +45,38 @@ def _is_int(value: Any) -> bool:
 
 
 def _check_int(name: str, value: Any, minimum: int, expected: str, fix: str) -> int:
-    """Return `value` as an int, or raise `ConfigError` unless it is an integer >= `minimum`."""
+    """Return `value` as an int, or raise `ConfigError` unless it is an integer >= `minimum`;
+    `name` is the argument as the message shows it (an `option(...)` where it is one)."""
     if not _is_int(value) or int(value) < minimum:
         raise ConfigError(f"{name} must be {expected}, got {value!r}; {fix}")
     return int(value)
 
 
 def check_max_seq_len(max_seq_len: Any) -> int:
-    """Return `max_seq_len` as an int, or raise `ConfigError` unless it is an integer >= 1."""
-    return _check_int(
-        "max_seq_len", max_seq_len, 1, "a positive integer", "pass --max-seq-len 1 or more"
-    )
+    """Return `max_seq_len` as an int, or raise `ConfigError` unless it is an integer in
+    [1, `MAX_SEQ_LEN_LIMIT`]."""
+    name = option("max_seq_len")
+    value = _check_int(name, max_seq_len, 1, "a positive integer", f"pass {name} 1 or more")
+    if value > MAX_SEQ_LEN_LIMIT:
+        raise ConfigError(
+            f"{name} {value} is over seqpack's limit of {MAX_SEQ_LEN_LIMIT} (2**31 - 1) tokens "
+            f"per bin; bins are trained with int32 token offsets: pass {name} "
+            f"{MAX_SEQ_LEN_LIMIT} or less"
+        )
+    return value
 
 
 def check_max_seqs_per_bin(max_seqs_per_bin: Any) -> int | None:
     """Return the per-bin sequence cap (None = no cap), or raise `ConfigError` if it is <= 0."""
     if max_seqs_per_bin is None:
         return None
+    name = option("max_seqs_per_bin")
     return _check_int(
-        "max_seqs_per_bin",
+        name,
         max_seqs_per_bin,
         1,
         "a positive integer or None",
-        "pass --max-seqs-per-bin 1 or more, or leave it unset for no cap",
+        f"pass {name} 1 or more, or leave it unset for no cap",
     )
 
 
@@ -85,12 +105,13 @@ def _length_error(value: Any, where: str, max_seq_len: int | None) -> InputError
         value = int(value)  # a whole float from a float array: report it as the count it is
     if _is_int(value) and max_seq_len is not None and int(value) > max_seq_len:
         return InputError(
-            f"length {int(value)} {where} exceeds max_seq_len {max_seq_len}; {_OVER_CAP_FIX}"
+            f"length {int(value)} {where} exceeds {option('max_seq_len')} {max_seq_len}; "
+            f"{_OVER_CAP_FIX}"
         )
     if _is_int(value):
         return InputError(
             f"length {int(value)} {where} is not positive; every length must be an integer "
-            "from 1 to max_seq_len: drop empty sequences before packing"
+            f"from 1 to {option('max_seq_len')}: drop empty sequences before packing"
         )
     return InputError(
         f"length {value!r} {where} is not an integer token count; pass whole numbers "

@@ -50,6 +50,10 @@ __all__ = [
 ]
 
 
+_MAX_BINCOUNT_LENGTH = 1 << 20
+"""Lengths up to this are counted with a table indexed by length (8 MiB at most)."""
+
+
 def _stable_argsort(keys: np.ndarray) -> np.ndarray:
     """`np.argsort(keys, kind="stable")` for non-negative keys; 5x faster when they fit 16 bits.
 
@@ -148,13 +152,22 @@ def _pack_sequences(
     if array.size == 0:
         return []
     if tolerance == 1:
-        counts = np.bincount(array)
-        values = np.flatnonzero(counts)
-        histogram = dict(zip(values.tolist(), counts[values].tolist(), strict=True))
+        histogram = _histogram(array)
         templates = pack_length_histogram_batched(histogram, max_seq_len, max_seqs_per_bin=cap)
         return _deal_ids(array, templates, seed)
     order = sort_indices_by_length(array, tolerance, seed)
     return per_item(array.tolist(), order.tolist(), max_seq_len, cap)
+
+
+def _histogram(lengths: np.ndarray) -> dict[int, int]:
+    """`{length: count}` of a non-empty array of positive lengths, ascending."""
+    if int(lengths.max()) <= _MAX_BINCOUNT_LENGTH:
+        counts = np.bincount(lengths)  # fast, but sized by the longest length
+        values = np.flatnonzero(counts)
+        counts = counts[values]
+    else:  # long lengths (up to 2**31 - 1): memory follows the number of sequences instead
+        values, counts = np.unique(lengths, return_counts=True)
+    return dict(zip(values.tolist(), counts.tolist(), strict=True))
 
 
 def _deal_ids(

@@ -44,6 +44,10 @@ more than the bytes: 4 KiB appends ran at half the speed of 64 KiB ones)."""
 MAX_BATCHED_BYTES = 1 << 26
 """At most this many bytes of pieces wait in memory (64 MiB), whatever the number of pools."""
 MAX_WORKERS = 8
+MAX_TABLE_LENGTH = 1 << 20
+"""Lengths up to this find their pool in a table indexed by the length (4 MiB at most); longer
+lengths (up to 2**31 - 1) are searched among the sorted distinct lengths, so memory follows the
+number of distinct lengths, never the longest length."""
 
 
 def num_workers(threads: int | None) -> int:
@@ -68,11 +72,38 @@ class Layout:
         self.starts = np.zeros(len(self.lengths) + 1, dtype=np.int64)
         np.cumsum(self.sizes, out=self.starts[1:])
         self.num_ids = int(self.starts[-1])
-        # Dense index of each length; `num` (one past the last) marks lengths not in the counts.
         num = len(self.lengths)
-        index_dtype = np.uint16 if num < np.iinfo(np.uint16).max else np.uint32
-        self.index = np.full(int(self.lengths[-1]) + 2, num, dtype=index_dtype)
-        self.index[self.lengths] = np.arange(num)
+        self.position_dtype = np.dtype(np.uint16 if num < np.iinfo(np.uint16).max else np.uint32)
+        # `table[length]`: the position of each length's pool, for lengths up to `table_end`;
+        # `num` (one past the last) for lengths not in the counts. Longer lengths are searched.
+        self.table_end = min(int(self.lengths[-1]) if num else 0, MAX_TABLE_LENGTH)
+        self._num_short = int(np.searchsorted(self.lengths, self.table_end, side="right"))
+        self.table = np.full(self.table_end + 2, num, dtype=self.position_dtype)
+        self.table[self.lengths[: self._num_short]] = np.arange(self._num_short)
+
+    def positions(self, lengths: np.ndarray) -> np.ndarray:
+        """The pool position of each of `lengths` (any integer dtype), `len(self.lengths)` for a
+        length the layout does not hold; in `position_dtype`.
+
+        Short lengths (the usual case, and most rows of long-context data) take one lookup in
+        `table`; only lengths past `table_end` are searched among the long distinct lengths.
+        """
+        num = len(self.lengths)
+        # mode='clip' sends any length past the table to its last slot, the sentinel (and a
+        # length <= 0, which the histogram pass refused, to slot 0, the sentinel too).
+        positions = np.take(self.table, lengths, mode="clip")
+        if self._num_short == num:
+            return positions
+        beyond = np.flatnonzero(lengths > self.table_end)
+        if beyond.size:
+            long_lengths = self.lengths[self._num_short :]
+            # int64 keys: searching uint64 keys among int64 lengths would compare them as
+            # floats. A uint64 length past int64 wraps to a negative key, which matches none.
+            keys = lengths[beyond].astype(np.int64)
+            found = np.searchsorted(long_lengths, keys)
+            hit = long_lengths[np.minimum(found, long_lengths.size - 1)] == keys
+            positions[beyond] = np.where(hit, found + self._num_short, num)
+        return positions
 
     def units(self) -> list[tuple[int, int]]:
         """The split's units of work: runs of consecutive pools of about `UNIT_IDS` ids, and

@@ -79,8 +79,8 @@ def scatter(
             if not size:
                 continue
             ids = to_ids(columns)
-            # mode='clip' maps any length the histogram did not see to the sentinel slot.
-            index = np.take(layout.index, columns[0], mode="clip")
+            # Any length the histogram did not see gets the sentinel position (num).
+            index = layout.positions(columns[0])
             batch_counts = np.bincount(index, minlength=num + 1)
             if batch_counts[num] or np.any(cursor + batch_counts[:num] > ends):
                 raise changed_error()

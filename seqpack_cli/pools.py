@@ -19,6 +19,7 @@ the duplicate check (at most 128 MiB) and one split unit per worker (16-32 MiB).
 
 from __future__ import annotations
 
+import errno
 import logging
 import os
 import queue
@@ -34,7 +35,7 @@ import numpy as np
 import pyarrow.parquet as pq
 
 from seqpack_cli import id_map, pool_layout
-from seqpack_cli.errors import InputError
+from seqpack_cli.errors import ConfigError, InputError, option
 from seqpack_cli.id_checks import check_duplicates, id_check
 from seqpack_cli.pool_layout import Layout, PoolAppend, num_workers
 from seqpack_cli.pool_scatter import scatter
@@ -42,7 +43,7 @@ from seqpack_cli.pool_split import split_pools
 from seqpack_cli.progress import ProgressCallback
 from seqpack_cli.scan import InputFile, first_line, load_sql, location, one_row, read_error
 
-__all__ = ["PoolScan", "scan_pools"]
+__all__ = ["PoolScan", "reserve_work_file", "scan_pools"]
 
 logger = logging.getLogger(__name__)
 
@@ -144,9 +145,9 @@ def _null_ids_error(
     params = {"paths": [file.path.as_posix() for file in files], "id_column": id_column}
     file_index, row, num_null = one_row(con, "first_null_id", params)
     return InputError(
-        f"id column {id_column!r} (--id-column) has {num_null} NULL ids, the first in "
-        f"{location(files, file_index, row)}; ids must be non-null: fill them, or drop "
-        "--id-column to use row indexes as ids"
+        f"id column {id_column!r} ({option('id_column')}) has {num_null} NULL ids, the first "
+        f"in {location(files, file_index, row)}; ids must be non-null: fill them, or drop "
+        f"{option('id_column')} to use row indexes as ids"
     )
 
 
@@ -178,6 +179,50 @@ def _place_by_map(
         raise pool_layout.changed_error()
     logger.info("id map: pools written ascending in %.2fs", time.perf_counter() - filled)
     return low, high
+
+
+_NO_FALLOCATE = {errno.EOPNOTSUPP, errno.EINVAL, errno.ENOSYS}
+"""posix_fallocate's errors for a filesystem that cannot reserve space (zeros are written)."""
+_ZEROS_BYTES = 1 << 23
+
+
+def _write_zeros(fd: int, num_bytes: int) -> None:
+    zeros = bytes(min(num_bytes, _ZEROS_BYTES))
+    done = 0
+    while done < num_bytes:
+        done += os.pwrite(fd, memoryview(zeros)[: min(len(zeros), num_bytes - done)], done)
+
+
+def reserve_work_file(path: Path, num_bytes: int) -> None:
+    """Create the scatter path's flat work file with all its `num_bytes` allocated on disk.
+
+    The file is written through a memory map, and a full disk cannot fail a store into a map:
+    it kills the process with SIGBUS, with nothing said and the temporary directory left behind.
+    So every block is reserved here (`posix_fallocate`, or zeros written where the filesystem
+    cannot reserve), and a full disk is a one-line `ConfigError` before any id is placed.
+    """
+    try:
+        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_TRUNC, 0o644)
+        try:
+            fallocate = getattr(os, "posix_fallocate", None)
+            try:
+                if fallocate is None:
+                    raise OSError(errno.EOPNOTSUPP, os.strerror(errno.EOPNOTSUPP))
+                if num_bytes:
+                    fallocate(fd, 0, num_bytes)
+            except OSError as error:
+                if error.errno not in _NO_FALLOCATE:
+                    raise
+                _write_zeros(fd, num_bytes)
+        finally:
+            os.close(fd)
+    except OSError as error:
+        path.unlink(missing_ok=True)
+        size = f"{num_bytes / 2**30:.1f} GiB" if num_bytes >= 2**30 else f"{num_bytes:,} bytes"
+        raise ConfigError(
+            f"cannot reserve {size} for the ids' work file in {path.parent}: "
+            f"{error.strerror or error}; free some space or choose another {option('output')}"
+        ) from None
 
 
 def scan_pools(
@@ -230,8 +275,7 @@ def scan_pools(
     by_map = bounds is not None and id_map.fits(layout, *bounds, max_seq_len)
     flat_path = work_dir / "ids.bin"
     if not by_map:
-        with open(flat_path, "wb") as handle:
-            handle.truncate(8 * layout.num_ids)
+        reserve_work_file(flat_path, 8 * layout.num_ids)
     batches = _stream_batches(con, sql, params)
     check = None
     try:
@@ -266,7 +310,7 @@ def scan_pools(
         # their own type, and any too large for the cap were refused by the histogram pass.
         raise InputError(
             f"{first_line(error)}; ids must fit in a signed 64-bit integer: renumber the ids, or "
-            "drop --id-column to use row indexes as ids"
+            f"drop {option('id_column')} to use row indexes as ids"
         ) from None
     except duckdb.Error as error:
         raise read_error(error) from None

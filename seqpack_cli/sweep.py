@@ -29,9 +29,14 @@ from typing import Any
 
 import numpy as np
 
-from seqpack_cli.errors import ConfigError, InputError
+from seqpack_cli.errors import ConfigError, InputError, option
 from seqpack_cli.histogram import BinTemplate, pack_length_histogram_batched
-from seqpack_cli.lengths import check_max_seq_len, check_max_seqs_per_bin, validate_length_array
+from seqpack_cli.lengths import (
+    MAX_SEQ_LEN_LIMIT,
+    check_max_seq_len,
+    check_max_seqs_per_bin,
+    validate_length_array,
+)
 from seqpack_cli.progress import ProgressCallback
 from seqpack_cli.stats import PackingStats, fill_figures
 
@@ -216,7 +221,12 @@ class PackingProfile:
 
 
 def _histogram_arrays(length_counts: Mapping[int, int]) -> tuple[np.ndarray, np.ndarray]:
-    """Validated (lengths ascending, counts) arrays; zero counts dropped."""
+    """Validated (lengths ascending, counts) arrays; zero counts dropped.
+
+    Lengths are int64, or Python ints (an object array) where some length is over
+    `MAX_SEQ_LEN_LIMIT`: such a length (a uint64 column may hold up to 2**64 - 1) is over every
+    cap and only counted, and its token totals are exact instead of wrapping around in int64.
+    """
     lengths: list[int] = []
     counts: list[int] = []
     for length, count in length_counts.items():
@@ -233,11 +243,10 @@ def _histogram_arrays(length_counts: Mapping[int, int]) -> tuple[np.ndarray, np.
         if count:
             lengths.append(int(length))
             counts.append(int(count))
-    order = np.argsort(np.asarray(lengths, dtype=np.int64), kind="stable")
-    return (
-        np.asarray(lengths, dtype=np.int64)[order],
-        np.asarray(counts, dtype=np.int64)[order],
-    )
+    dtype = np.int64 if not lengths or max(lengths) <= MAX_SEQ_LEN_LIMIT else object
+    length_array = np.asarray(lengths, dtype=dtype)
+    order = np.argsort(length_array, kind="stable")
+    return length_array[order], np.asarray(counts, dtype=np.int64)[order]
 
 
 def _require_sequences(lengths: np.ndarray) -> None:
@@ -384,10 +393,12 @@ def estimate_sequential_packing(
     """
     max_seq_len = check_max_seq_len(max_seq_len)
     if isinstance(sample_size, bool) or not isinstance(sample_size, int) or sample_size <= 0:
-        raise ConfigError(f"--sample-size {sample_size!r} must be a positive integer, e.g. 1000000")
+        raise ConfigError(
+            f"{option('sample_size')} {sample_size!r} must be a positive integer, e.g. 1000000"
+        )
     lengths, counts = _histogram_arrays(length_counts)
     keep = lengths <= max_seq_len
-    lengths, counts = lengths[keep], counts[keep]
+    lengths, counts = lengths[keep].astype(np.int64), counts[keep]
     num_sequences = int(counts.sum())
     num_tokens = int((lengths * counts).sum())
     if num_sequences == 0:
@@ -439,8 +450,10 @@ def estimate_sequential_packing(
 
 def _check_sweep_options(max_seqs_per_bin: int | None, sample_size: int) -> None:
     check_max_seqs_per_bin(max_seqs_per_bin)
-    if sample_size <= 0:
-        raise ConfigError(f"--sample-size {sample_size} must be a positive integer, e.g. 1000000")
+    if isinstance(sample_size, bool) or not isinstance(sample_size, int) or sample_size <= 0:
+        raise ConfigError(
+            f"{option('sample_size')} {sample_size!r} must be a positive integer, e.g. 1000000"
+        )
 
 
 def sweep_max_seq_len(
@@ -459,7 +472,8 @@ def sweep_max_seq_len(
     """
     candidates = sorted({check_max_seq_len(value) for value in max_seq_lens})
     if not candidates:
-        raise ConfigError("--max-seq-len: give at least one value, e.g. --max-seq-len 2048")
+        name = option("max_seq_len", python="max_seq_lens")
+        raise ConfigError(f"{name}: give at least one value, e.g. 2048")
     _check_sweep_options(max_seqs_per_bin, sample_size)
     lengths, counts = _histogram_arrays(length_counts)
     _require_sequences(lengths)
@@ -560,7 +574,7 @@ def profile_packing(
     """Describe an existing packing (e.g. a prepared directory): figures, baselines, chart data."""
     max_seq_len = check_max_seq_len(max_seq_len)
     if top < 0:
-        raise ConfigError(f"--top {top} must be >= 0 (the number of templates listed)")
+        raise ConfigError(f"{option('top')} {top} must be >= 0 (the number of templates listed)")
     pairs, sums, sizes, multiplicities = _template_arrays(templates)
     # most common first; ties broken by the template itself so the listing is deterministic
     ranked = sorted(pairs, key=lambda pair: (-pair[1], tuple(-x for x in pair[0])))

@@ -307,7 +307,10 @@ def test_length_over_max_seq_len_names_length_limit_and_fix(packer) -> None:
         packer({4: 2, 9000: 1}, 8192)
     message = str(error.value)
     assert "9000" in message and "8192" in message
-    assert "--filter-over-cap" in message and "--max-seq-len" in message
+    # Python names the arguments; the command line shows the flags.
+    assert "filter_over_cap=True" in message and "raise max_seq_len" in message
+    flags = error.value.cli_message()
+    assert "--filter-over-cap" in flags and "raise --max-seq-len" in flags
 
 
 @pytest.mark.parametrize("packer", ALL_PACKERS)

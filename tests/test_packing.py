@@ -176,7 +176,10 @@ def test_length_over_max_seq_len(packer) -> None:
         packer([100, 5000, 7], 4096)
     message = str(error.value)
     assert "5000" in message and "4096" in message and "index 1" in message
-    assert "--filter-over-cap" in message and "--max-seq-len" in message
+    # Python names the arguments; the command line shows the flags.
+    assert "filter_over_cap=True" in message and "raise max_seq_len" in message
+    flags = error.value.cli_message()
+    assert "--filter-over-cap" in flags and "raise --max-seq-len" in flags
 
 
 @pytest.mark.parametrize("packer", PACKERS)

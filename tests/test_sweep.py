@@ -210,18 +210,20 @@ def test_profile_golden() -> None:
 
 
 def test_bad_inputs_are_one_line_errors() -> None:
-    with pytest.raises(ConfigError, match="max-seq-len"):
-        sweep_max_seq_len(SMALL, [])
-    with pytest.raises(ConfigError, match="max-seq-len"):
-        sweep_max_seq_len(SMALL, [0])
+    # Python names the argument, the command line the flag.
+    for options, python, flag in [
+        ({"max_seq_lens": []}, "max_seq_lens: give at least one value", "--max-seq-len: give"),
+        ({"max_seq_lens": [0]}, "max_seq_len must be a positive", "--max-seq-len must be"),
+        ({"sample_size": 0}, "sample_size 0 must be a positive", "--sample-size 0 must be"),
+        ({"max_seqs_per_bin": 0}, "max_seqs_per_bin must be a", "--max-seqs-per-bin must be"),
+    ]:
+        with pytest.raises(ConfigError) as error:
+            sweep_max_seq_len(SMALL, **{"max_seq_lens": [10], **options})
+        assert python in str(error.value) and flag in error.value.cli_message()
     with pytest.raises(InputError, match="empty"):
         sweep_max_seq_len({}, [10])
     with pytest.raises(InputError, match="length -3"):
         sweep_max_seq_len({-3: 1}, [10])
-    with pytest.raises(ConfigError, match="sample-size"):
-        sweep_max_seq_len(SMALL, [10], sample_size=0)
-    with pytest.raises(ConfigError, match="max-seqs-per-bin"):
-        sweep_max_seq_len(SMALL, [10], max_seqs_per_bin=0)
 
 
 def test_a_cap_below_every_length_packs_nothing() -> None:
