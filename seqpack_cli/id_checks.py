@@ -12,7 +12,6 @@ import logging
 import threading
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
 
 import duckdb
 import numpy as np
@@ -20,7 +19,15 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from seqpack_cli.errors import ConfigError, InputError, option
-from seqpack_cli.scan import InputFile, load_sql, location, one_row, read_error
+from seqpack_cli.scan import (
+    InputFile,
+    duckdb_path,
+    load_sql,
+    location,
+    one_row,
+    read_error,
+    read_params,
+)
 
 __all__ = ["BitmapIdCheck", "DenseIdCheck", "IdCheck", "check_duplicates", "id_check"]
 
@@ -121,7 +128,7 @@ def check_duplicates(
     `check=None` means the caller already knows there are duplicates (or may be): DuckDB then
     counts them over all rows. Returns quietly when there are none.
     """
-    params: dict[str, Any] = {"paths": [f.path.as_posix() for f in files], "id_column": id_column}
+    params = read_params(files, id_column)
     try:
         if check is None:
             row = one_row(con, "duplicate_ids_all", params)
@@ -147,7 +154,9 @@ def check_duplicates(
                 ) from None
             try:
                 row = one_row(
-                    con, "duplicate_ids", {**params, "candidates_path": candidates_path.as_posix()}
+                    con,
+                    "duplicate_ids",
+                    {**params, "candidates_path": duckdb_path(candidates_path)},
                 )
             finally:
                 candidates_path.unlink()

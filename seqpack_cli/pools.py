@@ -41,7 +41,15 @@ from seqpack_cli.pool_layout import Layout, PoolAppend, num_workers
 from seqpack_cli.pool_scatter import scatter
 from seqpack_cli.pool_split import split_pools
 from seqpack_cli.progress import ProgressCallback
-from seqpack_cli.scan import InputFile, first_line, load_sql, location, one_row, read_error
+from seqpack_cli.scan import (
+    InputFile,
+    first_line,
+    load_sql,
+    location,
+    one_row,
+    read_error,
+    read_params,
+)
 
 __all__ = ["PoolScan", "reserve_work_file", "scan_pools"]
 
@@ -122,7 +130,8 @@ def _footer_id_bounds(files: Sequence[InputFile], id_column: str) -> tuple[int, 
     low: int | None = None
     high: int | None = None
     for file in files:
-        metadata = pq.read_metadata(file.path)
+        with open(file.path, "rb") as handle:  # pyarrow takes only UTF-8 path names
+            metadata = pq.read_metadata(handle)
         names = [metadata.schema.column(i).path for i in range(metadata.num_columns)]
         if id_column not in names:
             return None
@@ -142,8 +151,8 @@ def _footer_id_bounds(files: Sequence[InputFile], id_column: str) -> tuple[int, 
 def _null_ids_error(
     con: duckdb.DuckDBPyConnection, files: Sequence[InputFile], id_column: str | None
 ) -> InputError:
-    params = {"paths": [file.path.as_posix() for file in files], "id_column": id_column}
-    file_index, row, num_null = one_row(con, "first_null_id", params)
+    assert id_column is not None
+    file_index, row, num_null = one_row(con, "first_null_id", read_params(files, id_column))
     return InputError(
         f"id column {id_column!r} ({option('id_column')}) has {num_null} NULL ids, the first "
         f"in {location(files, file_index, row)}; ids must be non-null: fill them, or drop "
@@ -248,12 +257,8 @@ def scan_pools(
     started = time.perf_counter()
     layout = Layout(counts)
     num_threads = num_workers(workers)
-    paths = [file.path.as_posix() for file in files]
-    params: dict[str, Any] = {
-        "paths": paths,
-        "length_column": length_column,
-        "max_seq_len": max_seq_len,
-    }
+    columns = [length_column] if id_column is None else [length_column, id_column]
+    params: dict[str, Any] = {**read_params(files, *columns), "max_seq_len": max_seq_len}
     to_ids: Callable[[list[np.ndarray]], np.ndarray]
     bounds: tuple[int, int] | None
     if id_column is None:
@@ -266,7 +271,6 @@ def scan_pools(
             return row_offsets[columns[1]] + columns[2]
     else:
         sql = load_sql("pool_rows_by_id")
-        params["id_column"] = id_column
         bounds = _footer_id_bounds(files, id_column)
 
         def to_ids(columns: list[np.ndarray]) -> np.ndarray:

@@ -2,13 +2,8 @@
 -- (length, file index, row number in that file) of every sequence that fits max_seq_len; the
 -- caller turns the last two into a global row index (the id) with the per-file row counts from
 -- the parquet footers, so ids do not depend on threads or on the order rows are streamed in.
--- Parameters: $paths, $length_column, $max_seq_len.
+-- file_index and file_row_number are DuckDB's virtual columns: only the length column is bound.
+-- Parameters: $paths, $columns ({length column: type}), $max_seq_len.
 SELECT length, file_index, file_row_number
-FROM (
-    SELECT
-        COLUMNS([$length_column]) AS length,
-        file_index,
-        file_row_number
-    FROM read_parquet($paths, file_row_number = true, hive_partitioning = false)
-)
+FROM read_parquet($paths, hive_partitioning = false, bound_schema = $columns) AS input(length)
 WHERE length <= $max_seq_len

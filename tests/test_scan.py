@@ -60,7 +60,7 @@ def test_resolve_inputs_expands_files_globs_and_directories(tmp_path: Path) -> N
     [
         (lambda d: d / "missing.parquet", "does not exist"),
         (lambda d: str(d / "*.nothing"), "matches no files"),
-        (lambda d: d, "holds no *.parquet files"),
+        (lambda d: d, "holds no parquet files (*.parquet"),
     ],
 )
 def test_resolve_inputs_refuses_what_matches_nothing(tmp_path: Path, make, message) -> None:
@@ -92,9 +92,9 @@ def test_inspect_inputs_refuses_non_parquet_and_truncated_files(tmp_path: Path) 
 
 def test_inspect_inputs_lists_the_columns_when_one_is_missing(tmp_path: Path) -> None:
     path = write_parquet(tmp_path / "a.parquet", {"tokens": [1], "doc": [2]})
-    with pytest.raises(InputError, match=r"'length' \(--length-column\).*columns are: tokens, doc"):
+    with pytest.raises(InputError, match=r"'length' \(length_column\).*columns are: tokens, doc"):
         scan.inspect_inputs([path], "length")
-    with pytest.raises(InputError, match=r"'uid' \(--id-column\).*columns are: tokens, doc"):
+    with pytest.raises(InputError, match=r"'uid' \(id_column\).*columns are: tokens, doc"):
         scan.inspect_inputs([path], "tokens", "uid")
 
 
