@@ -2,13 +2,16 @@
 
 Each command parses its options, makes one library call and renders the result. Every
 `SeqpackError` becomes one red line on stderr and exit code 1, here and nowhere else; usage errors
-keep exit code 2; `SEQPACK_DEBUG=1` shows the full traceback instead.
+keep exit code 2; `SEQPACK_DEBUG=1` shows the full traceback instead. Ctrl-C and SIGTERM end a
+command with one line and the shell's codes (130, 143); one that comes after the output was
+written only adds a note, and the command finishes.
 """
 
 from __future__ import annotations
 
 import logging
 import os
+import signal
 import sys
 from typing import Any
 
@@ -26,15 +29,47 @@ __all__ = ["app"]
 class _SeqpackGroup(TyperGroup):
     """Turns library errors into one readable line; works under CliRunner and the console script."""
 
+    _whole_process = False
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        # The console script and `python -m` call the command (CliRunner calls `main`): then the
+        # process ends with it, and a signal during that end must not change its exit code.
+        self._whole_process = True
+        return super().__call__(*args, **kwargs)
+
     # `ctx` is click's Context, which typer may vendor (typer>=0.29) or import (older): Any.
     def invoke(self, ctx: Any) -> Any:
+        from seqpack_cli.prepared.writer import Interrupts, Terminated
+
+        interrupts = Interrupts()
+        installed = interrupts.install()
         try:
             return super().invoke(ctx)
-        except SeqpackError as error:
-            if os.environ.get("SEQPACK_DEBUG") == "1":
-                raise
-            typer.secho(f"error: {error.cli_message()}", fg="red", err=True)
-            ctx.exit(1)
+        except (KeyboardInterrupt, Terminated, SeqpackError) as error:
+            signum = interrupts.raised
+            if isinstance(error, SeqpackError) and signum is None:
+                if os.environ.get("SEQPACK_DEBUG") == "1":
+                    raise
+                typer.secho(f"error: {error.cli_message()}", fg="red", err=True)
+                ctx.exit(1)
+            # A signal (possibly turned into a library error on its way out) that came before
+            # anything was written: after that, `interrupts` only records signals.
+            if signum is None:
+                interrupted = isinstance(error, KeyboardInterrupt)
+                signum = signal.SIGINT if interrupted else signal.SIGTERM
+            name = "interrupted" if signum == signal.SIGINT else "terminated (SIGTERM)"
+            typer.secho(f"{name}; nothing written", fg="red", err=True)
+            ctx.exit(128 + signum)
+        finally:
+            if self._whole_process and installed:
+                # The outcome is decided and about to be reported by the exit code.
+                signal.signal(signal.SIGINT, signal.SIG_IGN)
+                signal.signal(signal.SIGTERM, signal.SIG_IGN)
+            else:
+                interrupts.restore()
+            if interrupts.late is not None:
+                late = "Ctrl-C" if interrupts.late == signal.SIGINT else "SIGTERM"
+                typer.secho(f"note: {late} came after the output was written", err=True)
 
 
 app = typer.Typer(

@@ -10,9 +10,9 @@ reference's spelling of `seqpack prepare X --length-column ... --max-seq-len N -
 
 from __future__ import annotations
 
+import itertools
 import logging
 import os
-import re
 import sys
 import time
 from collections import Counter
@@ -22,13 +22,14 @@ from pathlib import Path
 from typing import Any
 
 from seqpack_cli import __version__
-from seqpack_cli.errors import ConfigError, InputError
+from seqpack_cli.errors import ConfigError, InputError, option
 from seqpack_cli.lengths import check_max_seq_len, check_max_seqs_per_bin
 from seqpack_cli.prepared import (
     COUNTS_NAME,
     FORMAT_NAME,
     FORMAT_VERSION,
     TEMPLATES_NAME,
+    PoolMap,
     Prepared,
     PreparedWriter,
     check_output,
@@ -36,6 +37,7 @@ from seqpack_cli.prepared import (
     load_prepared,
     templates_to_json,
 )
+from seqpack_cli.prepared.writer import recover_siblings
 from seqpack_cli.progress import ProgressCallback
 
 __all__ = ["PACKERS", "PrepareConfig", "load_prepared", "main", "prepare_dataset"]
@@ -43,12 +45,11 @@ __all__ = ["PACKERS", "PrepareConfig", "load_prepared", "main", "prepare_dataset
 logger = logging.getLogger(__name__)
 
 PACKERS = ("batched", "per-item")
-_MEMORY_LIMIT = re.compile(r"^\s*\d+(\.\d+)?\s*(B|KB|MB|GB|TB|KIB|MIB|GIB|TIB)\s*$", re.IGNORECASE)
 
 
-def _column_name(value: Any, option: str, field: str) -> str:
+def _column_name(value: Any, field: str) -> str:
     if not isinstance(value, str) or not value:
-        raise ConfigError(f"{field} ({option}) is {value!r}; expected a column name")
+        raise ConfigError(f"{option(field)} is {value!r}; expected a column name")
     return value
 
 
@@ -73,6 +74,8 @@ class PrepareConfig:
     overwrite: bool = False
 
     def __post_init__(self) -> None:
+        from seqpack_cli.scan import check_memory_limit, check_temp_dir
+
         inputs = self.inputs
         if isinstance(inputs, (str, os.PathLike)):
             inputs = [inputs]
@@ -80,32 +83,29 @@ class PrepareConfig:
         if not inputs:
             raise ConfigError("no inputs given; pass parquet files, globs or directories")
         object.__setattr__(self, "inputs", inputs)
-        _column_name(self.length_column, "--length-column", "length_column")
+        _column_name(self.length_column, "length_column")
         if self.id_column is not None:
-            _column_name(self.id_column, "--id-column", "id_column")
+            _column_name(self.id_column, "id_column")
         object.__setattr__(self, "max_seq_len", check_max_seq_len(self.max_seq_len))
         object.__setattr__(self, "max_seqs_per_bin", check_max_seqs_per_bin(self.max_seqs_per_bin))
         packer = self.packer.replace("_", "-") if isinstance(self.packer, str) else self.packer
         if packer not in PACKERS:
-            raise ConfigError(f"packer (--packer) is {self.packer!r}; expected one of {PACKERS}")
+            raise ConfigError(
+                f"{option('packer')} is {self.packer!r}; expected one of {', '.join(PACKERS)}"
+            )
         object.__setattr__(self, "packer", packer)
         if self.threads is not None and (
             isinstance(self.threads, bool) or not isinstance(self.threads, int) or self.threads < 1
         ):
             raise ConfigError(
-                f"threads (--threads) is {self.threads!r}; expected an integer >= 1, or leave it "
-                "unset to use every core"
+                f"{option('threads')} is {self.threads!r}; expected an integer >= 1, or leave "
+                "it unset to use every core"
             )
-        if self.memory_limit is not None and (
-            not isinstance(self.memory_limit, str) or not _MEMORY_LIMIT.match(self.memory_limit)
-        ):
-            raise ConfigError(
-                f"memory_limit (--memory-limit) is {self.memory_limit!r}; expected a size such "
-                "as 4GB, 512MB or 2GiB"
-            )
+        if self.memory_limit is not None:
+            object.__setattr__(self, "memory_limit", check_memory_limit(self.memory_limit))
         object.__setattr__(self, "output", Path(os.path.abspath(self.output)))
         if self.temp_dir is not None:
-            object.__setattr__(self, "temp_dir", os.fspath(self.temp_dir))
+            object.__setattr__(self, "temp_dir", check_temp_dir(self.temp_dir))
         object.__setattr__(self, "filter_over_cap", bool(self.filter_over_cap))
         object.__setattr__(self, "overwrite", bool(self.overwrite))
 
@@ -126,13 +126,15 @@ def _split_over_cap(
         longest = max(histogram)
         raise InputError(
             f"{num_over} sequences in length column {config.length_column!r} are longer than "
-            f"--max-seq-len {config.max_seq_len} (the longest has {longest}); pass "
-            f"--filter-over-cap to drop them, or raise --max-seq-len to {longest}"
+            f"{option('max_seq_len')} {config.max_seq_len} (the longest has {longest}); pass "
+            f"{option('filter_over_cap', python='filter_over_cap=True')} to drop them, or raise "
+            f"{option('max_seq_len')} to {longest}"
         )
     if not kept:
         raise InputError(
-            f"all {num_over} sequences are longer than --max-seq-len {config.max_seq_len} (the "
-            f"shortest has {min(histogram)}), so nothing is left to pack; raise --max-seq-len"
+            f"all {num_over} sequences are longer than {option('max_seq_len')} "
+            f"{config.max_seq_len} (the shortest has {min(histogram)}), so nothing is left to "
+            f"pack; raise {option('max_seq_len')}"
         )
     return kept, num_over
 
@@ -195,11 +197,36 @@ def _manifest(
     }
 
 
+def _literal_part(path: str) -> str:
+    """A path, or the folder part of a glob pattern before its first wildcard."""
+    if os.path.exists(path):
+        return path
+    parts = Path(path).parts
+    fixed = itertools.takewhile(lambda part: not any(c in part for c in "*?["), parts)
+    return os.path.join(".", *fixed)
+
+
+def _check_outside(output: Path, inputs: Sequence[str | os.PathLike[str]]) -> None:
+    """Refuse inputs inside the output directory (real paths compared): replacing the output
+    would delete them."""
+    inside = os.path.realpath(output)
+    for item in inputs:
+        real = os.path.realpath(_literal_part(os.fspath(item)))
+        if real == inside or real.startswith(inside.rstrip(os.sep) + os.sep):
+            raise ConfigError(
+                f"input {os.fspath(item)} lies inside the output directory {output}, which "
+                f"prepare replaces as a whole; move the inputs out of it, or choose another "
+                f"{option('output')}"
+            )
+
+
 def prepare_dataset(config: PrepareConfig, *, progress: ProgressCallback | None = None) -> Prepared:
-    """Build the prepared directory `config.output` from parquet inputs and load it.
+    """Build the prepared directory `config.output` from parquet inputs; return it, as
+    `load_prepared` would.
 
     Nothing is written unless every check passes: bad inputs raise `InputError`, bad options
-    `ConfigError`, and an interrupted job (exception, Ctrl-C, SIGTERM) leaves no output.
+    `ConfigError`, and an interrupted job (exception, Ctrl-C, SIGTERM) leaves no output (and
+    an `--overwrite` the old one). Inputs inside the output directory are refused.
     Output bytes depend only on the inputs' contents and the packing options, not on `threads`
     or on the order the inputs were named in.
     """
@@ -214,8 +241,11 @@ def prepare_dataset(config: PrepareConfig, *, progress: ProgressCallback | None 
     from seqpack_cli.stats import PackingStats
 
     started = time.perf_counter()
-    paths = resolve_inputs(config.inputs)
     output = Path(config.output)
+    _check_outside(output, config.inputs)
+    paths = resolve_inputs(config.inputs, exclude=[output])
+    _check_outside(output, paths)
+    recover_siblings(output)  # killed runs' leftovers: an old copy put back, temporaries removed
     check_output(output, overwrite=config.overwrite)
     files = inspect_inputs(paths, config.length_column, config.id_column)
     if not sum(file.num_rows for file in files):
@@ -267,8 +297,15 @@ def prepare_dataset(config: PrepareConfig, *, progress: ProgressCallback | None 
         writer.write_bytes(TEMPLATES_NAME, templates_to_json(templates))
         id_range = (scanned.id_min, scanned.id_max)
         writer.commit(_manifest(config, files, kept, templates, stats, num_over, id_range))
+        # What was written, from memory: reading the output again would race with the next run
+        # replacing it.
+        counts = {int(length): int(kept[length]) for length in sorted(kept)}
+        written: Counter[tuple[int, ...]] = Counter()
+        for template, multiplicity in templates.items():
+            written[tuple(int(x) for x in template)] += int(multiplicity)
+        prepared = Prepared(output, writer.manifest, counts, written, PoolMap(output, counts))
     logger.info("wrote %s in %.2fs", output, time.perf_counter() - started)
-    return load_prepared(output)
+    return prepared
 
 
 def main(argv: Sequence[str] | None = None) -> None:

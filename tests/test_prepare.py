@@ -140,8 +140,8 @@ def test_over_cap_without_the_filter_is_an_error(
     num_over = int((parquet_dataset.lengths > 60).sum())
     longest = int(parquet_dataset.lengths.max())
     message = (
-        rf"{num_over} sequences in length column 'num_tokens' are longer than --max-seq-len 60 "
-        rf"\(the longest has {longest}\); pass --filter-over-cap"
+        rf"{num_over} sequences in length column 'num_tokens' are longer than max_seq_len 60 "
+        rf"\(the longest has {longest}\); pass filter_over_cap=True"
     )
     with pytest.raises(InputError, match=message):
         prepare_dataset(_config(parquet_dataset, tmp_path / "out", max_seq_len=60))
@@ -157,7 +157,7 @@ def test_nothing_left_after_filtering(tmp_path: Path) -> None:
         output=tmp_path / "out",
         filter_over_cap=True,
     )
-    with pytest.raises(InputError, match=r"all 2 sequences are longer than --max-seq-len 10"):
+    with pytest.raises(InputError, match=r"all 2 sequences are longer than max_seq_len 10"):
         prepare_dataset(config)
     assert _nothing_written(tmp_path / "out")
 
@@ -187,16 +187,16 @@ def test_per_item_packer_and_max_seqs_per_bin(
 @pytest.mark.parametrize(
     ("changes", "message"),
     [
-        ({"max_seq_len": 0}, r"max_seq_len must be a positive integer, got 0; pass --max-seq-len"),
+        ({"max_seq_len": 0}, r"max_seq_len must be a positive integer, got 0; pass max_seq_len"),
         ({"max_seqs_per_bin": 0}, r"max_seqs_per_bin must be a positive integer or None, got 0"),
         (
             {"memory_limit": "4 gigs"},
-            r"memory_limit \(--memory-limit\) is '4 gigs'; expected a size",
+            r"memory_limit is '4 gigs'; expected a size",
         ),
-        ({"packer": "fast"}, r"packer \(--packer\) is 'fast'; expected one of"),
-        ({"threads": 0}, r"threads \(--threads\) is 0; expected an integer >= 1"),
+        ({"packer": "fast"}, r"packer is 'fast'; expected one of batched, per-item"),
+        ({"threads": 0}, r"threads is 0; expected an integer >= 1"),
         ({"inputs": []}, r"no inputs given"),
-        ({"length_column": ""}, r"length_column \(--length-column\) is ''"),
+        ({"length_column": ""}, r"length_column is ''"),
     ],
 )
 def test_config_is_validated(tmp_path: Path, changes, message) -> None:

@@ -293,22 +293,26 @@ def test_sigterm_inside_the_writer_cleans_up(tmp_path: Path) -> None:
 
 def test_leftovers_of_dead_runs_are_cleaned_and_never_loaded(tmp_path: Path) -> None:
     output = tmp_path / "out"
-    dead = tmp_path / ".out.seqpack-tmp-999999999-deadbeef"  # no such pid
-    alive = tmp_path / f".out.seqpack-tmp-{os.getpid()}-cafe0000"  # a run still going
+    # Left by killed runs: one whose pid is gone, one whose pid the system has given to another
+    # process since (here, this one); neither holds its lock any more.
+    dead = tmp_path / ".out.seqpack-tmp-999999999-deadbeef"
+    reused = tmp_path / f".out.seqpack-tmp-{os.getpid()}-cafe0000"
     model = _write(tmp_path / "model")
-    for leftover in (dead, alive):
+    for leftover in (dead, reused):
         shutil.copytree(model, leftover)  # even a complete-looking one
     shutil.rmtree(model)
     with pytest.raises(PreparedFormatError):
         load_prepared(output)
-    _write(output)
-    assert not dead.exists() and alive.exists()
+    with PreparedWriter(output) as running:  # a run still going holds its lock
+        _write(output)
+        assert running.tmp_path.exists()
+    assert not dead.exists() and not reused.exists()
     assert load_prepared(output).counts == COUNTS
 
 
 def test_overwrite_rules(tmp_path: Path) -> None:
     output = _write(tmp_path / "out")
-    with pytest.raises(ConfigError, match=r"already exists; pass --overwrite"):
+    with pytest.raises(ConfigError, match=r"already exists; pass overwrite=True"):
         _write(output)
     _write(output, overwrite=True)
     assert load_prepared(output).counts == COUNTS and _siblings(output) == []
@@ -357,7 +361,8 @@ def test_thousands_of_pools_load_under_a_1024_open_files_limit(tmp_path: Path) -
 
         counts = {{length: 2 for length in range(1, 1501)}}
         pools = {{length: [length, -length] for length in counts}}
-        write_prepared({str(tmp_path / "many")!r}, counts=counts, templates={{(1,): 1}},
+        templates = {{(length,): 2 for length in counts}}  # every id in one bin
+        write_prepared({str(tmp_path / "many")!r}, counts=counts, templates=templates,
                        pools=pools, manifest={{"config": {{"max_seq_len": 4000}}}})
         soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
         resource.setrlimit(resource.RLIMIT_NOFILE, (1024, hard))
