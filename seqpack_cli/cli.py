@@ -22,6 +22,7 @@ from seqpack_cli import __version__
 from seqpack_cli.cli_prepare import prepare
 from seqpack_cli.cli_stats import STATS_EPILOG, stats
 from seqpack_cli.errors import SeqpackError
+from seqpack_cli.interrupts import Interrupts, Terminated
 
 __all__ = ["app"]
 
@@ -39,8 +40,6 @@ class _SeqpackGroup(TyperGroup):
 
     # `ctx` is click's Context, which typer may vendor (typer>=0.29) or import (older): Any.
     def invoke(self, ctx: Any) -> Any:
-        from seqpack_cli.prepared.writer import Interrupts, Terminated
-
         interrupts = Interrupts()
         installed = interrupts.install()
         try:

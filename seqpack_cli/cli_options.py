@@ -31,7 +31,11 @@ LengthColumnOption = Annotated[
     ),
 ]
 MaxSeqLenOption = Annotated[
-    int, typer.Option("--max-seq-len", help="Bin capacity in tokens (the training context).")
+    int,
+    typer.Option(
+        "--max-seq-len",
+        help="Bin capacity in tokens (the training context), at most 2147483647 (2**31 - 1).",
+    ),
 ]
 MaxSeqsPerBinOption = Annotated[
     int | None,
@@ -67,7 +71,9 @@ ThreadsOption = Annotated[
 MemoryLimitOption = Annotated[
     str | None,
     typer.Option(
-        "--memory-limit", help="DuckDB memory limit, e.g. 4GB (default: DuckDB's, 80% of RAM)."
+        "--memory-limit",
+        help="DuckDB memory limit: a size such as 4GB or 512MiB, or a share of RAM such as 50%; "
+        "at least 16MiB (default: DuckDB's, 80% of RAM).",
     ),
 ]
 TempDirOption = Annotated[

@@ -18,6 +18,7 @@ from collections.abc import Iterator, Sequence
 from pathlib import Path
 
 from seqpack_cli.errors import InputError
+from seqpack_cli.prepared.siblings import is_sibling_of
 
 __all__ = ["GLOB_CHARS", "PARQUET_SUFFIXES", "not_regular", "resolve_inputs"]
 
@@ -60,22 +61,25 @@ class _Excluded:
         for directory in directories:
             absolute = os.path.abspath(directory)
             parent = os.path.realpath(os.path.dirname(absolute))
-            siblings = os.path.join(parent, f".{os.path.basename(absolute)}.seqpack-")
             roots = tuple({absolute, os.path.realpath(absolute)})
-            self.entries.append((Path(absolute), roots, siblings))
+            self.entries.append((Path(absolute), roots, parent.rstrip(os.sep) + os.sep))
 
     def container(self, path: str | os.PathLike[str]) -> Path | None:
         """The excluded directory `path` lies in (or is, or is a temporary sibling of)."""
         if not self.entries:
             return None
         candidates = {os.path.abspath(path), os.path.realpath(path)}
-        for shown, roots, siblings in self.entries:
+        for shown, roots, parent in self.entries:
             for candidate in candidates:
-                if candidate.startswith(siblings) or any(
+                if any(
                     candidate == root or candidate.startswith(root.rstrip(os.sep) + os.sep)
                     for root in roots
                 ):
                     return shown
+                if candidate.startswith(parent):  # in a sibling (long names are shortened)?
+                    first = candidate[len(parent) :].split(os.sep, 1)[0]
+                    if first.startswith(".") and is_sibling_of(shown, first):
+                        return shown
         return None
 
 

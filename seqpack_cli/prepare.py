@@ -23,7 +23,7 @@ from typing import Any
 
 from seqpack_cli import __version__
 from seqpack_cli.errors import ConfigError, InputError, option
-from seqpack_cli.lengths import check_max_seq_len, check_max_seqs_per_bin
+from seqpack_cli.lengths import MAX_SEQ_LEN_LIMIT, check_max_seq_len, check_max_seqs_per_bin
 from seqpack_cli.prepared import (
     COUNTS_NAME,
     FORMAT_NAME,
@@ -35,9 +35,9 @@ from seqpack_cli.prepared import (
     check_output,
     counts_to_json,
     load_prepared,
+    recover_siblings,
     templates_to_json,
 )
-from seqpack_cli.prepared.writer import recover_siblings
 from seqpack_cli.progress import ProgressCallback
 
 __all__ = ["PACKERS", "PrepareConfig", "load_prepared", "main", "prepare_dataset"]
@@ -124,17 +124,31 @@ def _split_over_cap(
     num_over = sum(histogram.values()) - sum(kept.values())
     if num_over and not config.filter_over_cap:
         longest = max(histogram)
+        drop = f"pass {option('filter_over_cap', python='filter_over_cap=True')} to drop them"
+        if longest > MAX_SEQ_LEN_LIMIT:  # no max_seq_len is allowed to hold it
+            raise InputError(
+                f"{num_over} sequences in length column {config.length_column!r} are longer "
+                f"than {option('max_seq_len')} {config.max_seq_len}, and the longest has "
+                f"{longest}, over seqpack's limit of {MAX_SEQ_LEN_LIMIT} tokens, so no "
+                f"{option('max_seq_len')} can hold it; {drop}, or fix the lengths in the data"
+            )
         raise InputError(
             f"{num_over} sequences in length column {config.length_column!r} are longer than "
-            f"{option('max_seq_len')} {config.max_seq_len} (the longest has {longest}); pass "
-            f"{option('filter_over_cap', python='filter_over_cap=True')} to drop them, or raise "
-            f"{option('max_seq_len')} to {longest}"
+            f"{option('max_seq_len')} {config.max_seq_len} (the longest has {longest}); "
+            f"{drop}, or raise {option('max_seq_len')} to {longest}"
         )
     if not kept:
+        shortest = min(histogram)
+        fix = f"raise {option('max_seq_len')}"
+        if shortest > MAX_SEQ_LEN_LIMIT:
+            fix = (
+                f"even the shortest is over seqpack's limit of {MAX_SEQ_LEN_LIMIT} tokens, so "
+                f"no {option('max_seq_len')} can hold it: fix the lengths in the data"
+            )
         raise InputError(
             f"all {num_over} sequences are longer than {option('max_seq_len')} "
-            f"{config.max_seq_len} (the shortest has {min(histogram)}), so nothing is left to "
-            f"pack; raise {option('max_seq_len')}"
+            f"{config.max_seq_len} (the shortest has {shortest}), so nothing is left to "
+            f"pack; {fix}"
         )
     return kept, num_over
 

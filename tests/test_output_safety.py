@@ -29,7 +29,7 @@ from seqpack_cli.cli import app
 from seqpack_cli.errors import ConfigError, InputError
 from seqpack_cli.prepare import PrepareConfig, prepare_dataset
 from seqpack_cli.prepared import load_prepared, write_prepared
-from seqpack_cli.prepared import writer as writer_module
+from seqpack_cli.prepared import siblings as siblings_module
 
 COUNTS = {3: 2, 5: 1}
 POOLS = {3: [1, 2], 5: [0]}
@@ -214,7 +214,7 @@ def test_a_sigkilled_run_leaves_a_sibling_that_the_next_run_removes(
         process.kill()
         process.wait()
     assert sibling.is_dir()  # SIGKILL: nothing ran to remove it
-    with caplog.at_level(logging.INFO, logger="seqpack_cli.prepared.writer"):
+    with caplog.at_level(logging.INFO, logger="seqpack_cli.prepared.siblings"):
         _write(output, overwrite=True)
     assert not sibling.exists() and _hidden(tmp_path) == []
     assert any(sibling.name in record.getMessage() for record in caplog.records)
@@ -256,13 +256,13 @@ def test_long_output_names_work_and_their_leftovers_are_recognised(
     # A legal 230-character name was refused: `.NAME.seqpack-tmp-PID-RANDOM` was too long.
     output = tmp_path / ("p" * length)
     seen: list[str] = []
-    real_rename2 = getattr(writer_module, "_rename2", None)
+    real_rename2 = siblings_module.rename2
 
     def rename2(source, target, flags):
         seen.append(Path(source).name)
         return real_rename2(source, target, flags)
 
-    monkeypatch.setattr(writer_module, "_rename2", rename2, raising=False)
+    monkeypatch.setattr(siblings_module, "rename2", rename2)
     _write(output)
     monkeypatch.undo()
     assert load_prepared(output).counts == COUNTS
@@ -274,6 +274,36 @@ def test_long_output_names_work_and_their_leftovers_are_recognised(
     other.mkdir()
     _write(output, overwrite=True)
     assert not leftover.exists() and other.exists()
+
+
+def test_a_long_output_names_leftover_inside_the_input_directory_is_no_input(
+    tmp_path: Path,
+) -> None:
+    # The output's siblings were recognised by `.{name}.seqpack-`, which misses the shortened
+    # names of outputs longer than 222 bytes: what a killed run left there (here a scratch
+    # parquet like the id checks write) counted as input wherever an argument reached it.
+    data = _dataset(tmp_path / "data")
+    output = data / ("p" * 240)
+    args = _prepare_args(data / "**", output, "--overwrite")
+    code, _, stderr = _cli(*args)
+    assert code == 0, stderr
+    process, marker = _paused_run(tmp_path, "commit", args)  # the second run, SIGKILLed
+    process.kill()
+    process.communicate(timeout=60)
+    marker.unlink()
+    (sibling,) = (data / name for name in _hidden(data))
+    assert not sibling.name.startswith(f".{output.name}.seqpack-")  # shortened
+    scratch = write_parquet(sibling / ".work" / "candidate_ids.parquet", {"n": [5]})
+    code, _, stderr = _cli(*_prepare_args(scratch, output, "--overwrite"))
+    assert code == 1 and "lies inside the output directory" in _one_error_line(stderr)
+    glob = data / ".*" / ".work" / "*.parquet"
+    code, _, stderr = _cli(*_prepare_args(glob, output, "--overwrite"))
+    assert code == 1 and "matches only the output directory" in _one_error_line(stderr)
+    assert sibling.exists()  # refused before anything was touched
+    code, _, stderr = _cli(*args)  # the third run over data/**
+    assert code == 0, stderr
+    assert load_prepared(output, verify=True).counts == {5: 1, 7: 1, 9: 1}
+    assert not sibling.exists() and _hidden(data) == []
 
 
 def test_an_output_name_too_long_for_the_filesystem_is_one_line(tmp_path: Path) -> None:
@@ -340,7 +370,7 @@ def test_a_commit_the_filesystem_refuses_loses_nothing(
             raise failure
         real_rename(source, target)
 
-    monkeypatch.setattr(writer_module, "_rename2", rename2, raising=False)
+    monkeypatch.setattr(siblings_module, "rename2", rename2)
     monkeypatch.setattr(os, "rename", rename)
     with pytest.raises(ConfigError, match=r"cannot move the new prepared directory into place"):
         _write(out, overwrite=True)
@@ -441,10 +471,10 @@ def test_concurrent_overwrites_all_succeed(tmp_path: Path) -> None:
 _PAUSED_RUN = """
 import os, sys, time
 from pathlib import Path
-from seqpack_cli.prepared import writer
+from seqpack_cli.prepared import siblings, writer
 marker, pause, where, *args = sys.argv[1:]
 real = {"commit": writer.PreparedWriter.commit, "rename": os.rename}
-real["rename2"] = getattr(writer, "_rename2", None)
+real["rename2"] = siblings.rename2
 
 def wait():
     if not os.path.exists(marker):
@@ -470,9 +500,9 @@ def rename(source, target):  # pauses between the two renames
 if where == "commit":
     writer.PreparedWriter.commit = commit
 elif where == "exchange":
-    writer._rename2 = rename2
+    siblings.rename2 = rename2
 elif where == "renames":
-    writer._rename2 = unsupported
+    siblings.rename2 = unsupported
     os.rename = rename
 from seqpack_cli.cli import app
 app(["prepare", *args], prog_name="seqpack")
@@ -548,7 +578,7 @@ def test_a_signal_during_the_commit_in_process(
     # logged once the swap is done; if the swap then fails, the signal ends the run after all.
     out = _write(tmp_path / "out")
     before = _tree(out)
-    real_rename2 = getattr(writer_module, "_rename2", None)
+    real_rename2 = siblings_module.rename2
 
     def rename2(source, target, flags):
         signal.raise_signal(signal.SIGTERM)
@@ -556,7 +586,7 @@ def test_a_signal_during_the_commit_in_process(
             raise OSError(errno.EBUSY, os.strerror(errno.EBUSY))
         return real_rename2(source, target, flags)
 
-    monkeypatch.setattr(writer_module, "_rename2", rename2, raising=False)
+    monkeypatch.setattr(siblings_module, "rename2", rename2)
     handler = signal.getsignal(signal.SIGTERM)
     with caplog.at_level(logging.WARNING, logger="seqpack_cli.prepared.writer"):
         if fails:

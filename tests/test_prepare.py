@@ -14,9 +14,13 @@ from pathlib import Path
 import numpy as np
 import pytest
 from conftest import ParquetDataset, write_parquet
+from typer.testing import CliRunner
 
+from seqpack_cli.cli import app
+from seqpack_cli.db import MIN_MEMORY_LIMIT
 from seqpack_cli.errors import ConfigError, InputError, PreparedFormatError
 from seqpack_cli.histogram import pack_length_histogram, pack_length_histogram_batched
+from seqpack_cli.lengths import MAX_SEQ_LEN_LIMIT
 from seqpack_cli.prepare import PrepareConfig, load_prepared, prepare_dataset
 from seqpack_cli.prepared import FORMAT_VERSION
 
@@ -160,6 +164,79 @@ def test_nothing_left_after_filtering(tmp_path: Path) -> None:
     with pytest.raises(InputError, match=r"all 2 sequences are longer than max_seq_len 10"):
         prepare_dataset(config)
     assert _nothing_written(tmp_path / "out")
+
+
+def test_lengths_over_seqpacks_limit_do_not_ask_for_a_max_seq_len_that_is_refused(
+    tmp_path: Path,
+) -> None:
+    # Lengths beyond 2**31 - 1 used to get "raise max_seq_len to 1099511627776", a value
+    # PrepareConfig itself refuses.
+    write_parquet(tmp_path / "in" / "a.parquet", {"n": np.array([5, 2**40, 2**33], np.int64)})
+    config = PrepareConfig(
+        inputs=[tmp_path / "in"], length_column="n", max_seq_len=10, output=tmp_path / "out"
+    )
+    with pytest.raises(InputError) as caught:
+        prepare_dataset(config)
+    message = str(caught.value)
+    assert message.startswith("2 sequences in length column 'n' are longer than max_seq_len 10")
+    assert f"the longest has {2**40}, over seqpack's limit of 2147483647 tokens" in message
+    assert "no max_seq_len can hold it; pass filter_over_cap=True to drop them" in message
+    assert "raise max_seq_len" not in message and "\n" not in message
+    assert _nothing_written(tmp_path / "out")
+    # Filtered, they are dropped like any other over-long sequence.
+    filtered = prepare_dataset(
+        PrepareConfig(
+            inputs=[tmp_path / "in"],
+            length_column="n",
+            max_seq_len=10,
+            output=tmp_path / "out",
+            filter_over_cap=True,
+        )
+    )
+    assert filtered.counts == {5: 1} and filtered.manifest["summary"]["num_dropped"] == 2
+
+
+def test_nothing_left_over_seqpacks_limit_says_to_fix_the_data(tmp_path: Path) -> None:
+    write_parquet(tmp_path / "in" / "a.parquet", {"n": np.array([2**40, 2**31], np.int64)})
+    config = PrepareConfig(
+        inputs=[tmp_path / "in"],
+        length_column="n",
+        max_seq_len=10,
+        output=tmp_path / "out",
+        filter_over_cap=True,
+    )
+    with pytest.raises(InputError) as caught:
+        prepare_dataset(config)
+    message = str(caught.value)
+    assert f"all 2 sequences are longer than max_seq_len 10 (the shortest has {2**31})" in message
+    assert "over seqpack's limit of 2147483647 tokens" in message and "fix the lengths" in message
+    assert "raise max_seq_len" not in message
+    assert _nothing_written(tmp_path / "out")
+
+
+def test_lengths_over_seqpacks_limit_on_the_command_line(tmp_path: Path) -> None:
+    write_parquet(tmp_path / "in" / "a.parquet", {"n": np.array([5, 2**40, 2**40], np.int64)})
+    args = ["prepare", str(tmp_path / "in"), "--length-column", "n", "--max-seq-len", "10"]
+    result = CliRunner().invoke(app, [*args, "--output", str(tmp_path / "out")])
+    assert result.exit_code == 1 and result.stdout == ""
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and "Traceback" not in result.stderr, result.stderr
+    assert lines[0].startswith("error: 2 sequences in length column 'n' are longer than ")
+    assert f"the longest has {2**40}, over seqpack's limit of 2147483647 tokens" in lines[0]
+    assert "no --max-seq-len can hold it; pass --filter-over-cap to drop them" in lines[0]
+    assert "raise --max-seq-len" not in lines[0]
+    assert _nothing_written(tmp_path / "out")
+
+
+@pytest.mark.parametrize("command", ["prepare", "stats"])
+def test_help_gives_the_bounds_of_max_seq_len_and_memory_limit(command: str) -> None:
+    result = CliRunner().invoke(app, [command, "--help"], env={"COLUMNS": "400"})
+    assert result.exit_code == 0
+    text = " ".join(result.stdout.split())
+    if command == "prepare":  # stats takes a list, bounded the same way by the library
+        assert f"at most {MAX_SEQ_LEN_LIMIT}" in text
+    assert "a share of RAM such as 50%" in text
+    assert f"at least {MIN_MEMORY_LIMIT // 2**20}MiB" in text
 
 
 def test_no_rows(tmp_path: Path) -> None:

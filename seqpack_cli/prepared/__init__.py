@@ -1,7 +1,9 @@
 """The `prepared/` directory: the on-disk index that `seqpack prepare` writes once.
 
 - `layout`: file names, the format version, canonical JSON bytes, `Prepared`;
-- `writer`: `PreparedWriter` (atomic: temporary sibling, manifest last, rename), `write_prepared`;
+- `writer`: `PreparedWriter` (atomic: temporary sibling, manifest last, one swap), `write_prepared`;
+- `output_checks`: `check_output`, what an output may replace;
+- `siblings`: the hidden temporary siblings' names, renameat2, `recover_siblings` after killed runs;
 - `reader`: `load_prepared` and `PoolMap` (memory-mapped pools, checks, `verify=True` hashes).
 
 Part of the training-time runtime: imports neither duckdb nor rich.
@@ -21,6 +23,7 @@ from seqpack_cli.prepared.layout import (
     templates_to_json,
 )
 from seqpack_cli.prepared.reader import PoolMap, load_prepared
+from seqpack_cli.prepared.siblings import recover_siblings
 from seqpack_cli.prepared.writer import PreparedWriter, check_output, write_prepared
 
 __all__ = [
@@ -36,6 +39,7 @@ __all__ = [
     "counts_to_json",
     "load_prepared",
     "pool_file_name",
+    "recover_siblings",
     "templates_to_json",
     "write_prepared",
 ]
