@@ -20,7 +20,7 @@ from seqpack_cli.cli_options import (
     TempDirOption,
     ThreadsOption,
 )
-from seqpack_cli.errors import ConfigError
+from seqpack_cli.errors import ConfigError, option
 
 __all__ = ["STATS_EPILOG", "stats"]
 
@@ -56,19 +56,25 @@ _StatsOutput = tuple[dict[str, Any], Callable[[Any], None], Callable[[], str]]
 
 
 def _parse_max_seq_lens(values: list[str]) -> list[int]:
-    """`--max-seq-len 1024 --max-seq-len 2048,4096` -> [1024, 2048, 4096]."""
+    """`--max-seq-len 1024 --max-seq-len 2048,4096` -> [1024, 2048, 4096].
+
+    Every value is checked before any input is read: one over seqpack's limit is a `ConfigError`.
+    """
+    from seqpack_cli.lengths import check_max_seq_len
+
     parsed: list[int] = []
     for value in values:
         for piece in value.split(","):
             text = piece.strip().replace("_", "")
-            if not text.isdigit() or int(text) <= 0:
+            # ASCII digits only: int() refuses some characters str.isdigit() accepts ("²").
+            if not (text.isascii() and text.isdigit()) or int(text) <= 0:
                 raise typer.BadParameter(
                     f"{piece.strip()!r} is not a positive integer; give token counts, repeated "
                     "(--max-seq-len 1024 --max-seq-len 2048) or comma-separated "
                     "(--max-seq-len 1024,2048)",
                     param_hint="'--max-seq-len'",
                 )
-            parsed.append(int(text))
+            parsed.append(check_max_seq_len(int(text)))
     return parsed
 
 
@@ -90,16 +96,17 @@ def _prepared_source(inputs: list[str], sweep: bool) -> str | None:
         return inputs[0]
     if sweep:
         return None
+    seq_len, column = option("max_seq_len"), option("length_column")
     if len(inputs) > 1:
         raise ConfigError(
-            f"{len(inputs)} inputs but no --max-seq-len: `seqpack stats PREPARED_DIR` takes one "
-            "prepared directory; to analyse parquet inputs give --length-column NAME "
-            "--max-seq-len N[,N...]"
+            f"{len(inputs)} inputs but no {seq_len}: `seqpack stats PREPARED_DIR` takes one "
+            f"prepared directory; to analyse parquet inputs give {column} NAME "
+            f"{seq_len} N[,N...]"
         )
     if Path(inputs[0]).exists():
         raise ConfigError(
             f"{inputs[0]} is not a prepared directory (it has no manifest.json); to analyse "
-            "parquet inputs give --length-column NAME --max-seq-len N[,N...], or give a "
+            f"parquet inputs give {column} NAME {seq_len} N[,N...], or give a "
             "directory written by `seqpack prepare`"
         )
     return inputs[0]  # missing: load_prepared says so, with the command that creates it
@@ -259,23 +266,25 @@ def stats(
     sweep = bool(candidates) or length_column is not None
     _check_stray_numbers(inputs)
     prepared_dir = _prepared_source(inputs, sweep)
+    seq_len, column = option("max_seq_len"), option("length_column")
     if sweep and not candidates:
         raise ConfigError(
-            "--length-column without --max-seq-len: name the context length(s) to compare, "
-            "e.g. --max-seq-len 2048 or --max-seq-len 1024,2048,4096"
+            f"{column} without {seq_len}: name the context length(s) to compare, "
+            f"e.g. {seq_len} 2048 or {seq_len} 1024,2048,4096"
         )
     if prepared_dir is None and length_column is None:
         raise ConfigError(
-            "--length-column is required with parquet inputs: name the column holding each "
+            f"{column} is required with parquet inputs: name the column holding each "
             "sequence's length in tokens"
         )
     if prepared_dir is None and verify:
         raise ConfigError(
-            "--verify checks a prepared directory's files; it does not apply to parquet inputs"
+            f"{option('verify')} checks a prepared directory's files; it does not apply to "
+            "parquet inputs"
         )
     if prepared_dir is not None and length_column is not None:
         raise ConfigError(
-            f"--length-column does not apply to the prepared directory {prepared_dir} (its "
+            f"{column} does not apply to the prepared directory {prepared_dir} (its "
             "lengths are in counts.json); leave it out"
         )
     sweep_options = {"max_seqs_per_bin": max_seqs_per_bin, "sample_size": sample_size, "seed": seed}

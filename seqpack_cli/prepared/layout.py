@@ -80,8 +80,13 @@ def counts_to_json(counts: Mapping[int, int]) -> bytes:
 
 
 def templates_to_json(templates: Mapping[tuple[int, ...], int]) -> bytes:
-    """templates.json's bytes: `[[template_lengths, multiplicity], ...]`."""
+    """templates.json's bytes: `[[template_lengths, multiplicity], ...]`, each template's lengths
+    descending, templates descending, each template once (templates equal once sorted are merged;
+    a multiplicity of 0, a Counter's absent key, is left out)."""
     # The reference's [[template_lengths, multiplicity], ...]; descending templates give one
-    # canonical order whatever order the packer produced them in.
-    items = sorted(((tuple(int(x) for x in t), int(m)) for t, m in templates.items()), reverse=True)
+    # canonical order whatever order the packer produced them in (load_prepared checks it).
+    merged: Counter[tuple[int, ...]] = Counter()
+    for template, multiplicity in templates.items():
+        merged[tuple(sorted((int(x) for x in template), reverse=True))] += int(multiplicity)
+    items = sorted(((t, m) for t, m in merged.items() if m != 0), reverse=True)
     return _json_bytes([[list(template), multiplicity] for template, multiplicity in items])

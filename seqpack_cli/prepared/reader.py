@@ -1,9 +1,14 @@
-"""Reading a prepared directory: `load_prepared` and the lazily mapped `PoolMap`.
+"""Reading a prepared directory: `load_prepared` and the lazily opened `PoolMap`.
 
-`load_prepared` checks the version, that every file is there with its recorded size and that each
-pool holds as many ids as its count; with `verify=True` it also checks every sha256. Pools are
-memory-mapped without holding a file descriptor each, so datasets with tens of thousands of
-distinct lengths load under the common 1024 open-files limit.
+`load_prepared` checks the manifest, counts.json and templates.json against their schema
+(`schema`), that every file is there with its recorded size, that each pool holds as many ids as
+its count, and that the templates fit `max_seq_len` and use every length exactly as often as
+counts.json says (O(templates), always); with `verify=True` it also checks every sha256.
+
+Pools are memory-mapped without holding a file descriptor each, so datasets with tens of
+thousands of distinct lengths load under the common 1024 open-files limit; and at most
+`MAX_MAPPED_POOLS` of them are mapped (the largest), so they also stay under the kernel's limit on
+mappings per process (see `PoolMap`).
 
 Part of the training-time runtime: imports neither duckdb nor rich.
 """
@@ -11,33 +16,45 @@ Part of the training-time runtime: imports neither duckdb nor rich.
 from __future__ import annotations
 
 import ctypes
+import errno
 import hashlib
-import json
+import heapq
+import logging
 import mmap
 import os
 import re
 import sys
 import weakref
-from collections import Counter
 from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from seqpack_cli import __version__
 from seqpack_cli.errors import PreparedFormatError
 from seqpack_cli.pool_files import POOL_DTYPE as _POOL_DTYPE
 from seqpack_cli.pool_files import POOLS_DIR, npy_header, pool_file_name
-from seqpack_cli.prepared.layout import (
-    COUNTS_NAME,
-    FORMAT_VERSION,
-    MANIFEST_NAME,
-    TEMPLATES_NAME,
-    Prepared,
+from seqpack_cli.prepared.layout import COUNTS_NAME, MANIFEST_NAME, TEMPLATES_NAME, Prepared
+from seqpack_cli.prepared.schema import (
+    check_figures,
+    check_manifest,
+    check_templates,
+    parse_json,
+    read_counts,
+    read_templates,
+    unusable,
 )
 
-__all__ = ["PoolMap", "load_prepared"]
+__all__ = ["MAX_MAPPED_POOLS", "PoolMap", "load_prepared"]
+
+logger = logging.getLogger(__name__)
+
+MAX_MAPPED_POOLS = 4096
+"""The most pools one `PoolMap` memory-maps: the largest ones; the others are read into memory.
+
+Each mapping is one entry of the kernel's per-process table (`vm.max_map_count`, 65530 by
+default, shared with every library in the process), so mapping one pool per distinct length
+fails past ~65,000 lengths."""
 
 _HASH_CHUNK = 1 << 22
 
@@ -62,18 +79,11 @@ def _read_npy_header(handle: Any) -> tuple[np.dtype[Any], tuple[int, ...], int]:
     return dtype, shape, handle.tell()
 
 
-def _fail(path: Path, problem: str) -> PreparedFormatError:
-    return PreparedFormatError(
-        f"{path} is not a usable prepared directory: {problem}; re-run `seqpack prepare ... "
-        f"--output {path} --overwrite` to rebuild it"
-    )
-
-
 def _read_json(path: Path, name: str) -> Any:
     try:
-        return json.loads((path / name).read_text())
+        return parse_json((path / name).read_text(encoding="utf-8"))
     except (OSError, ValueError) as error:
-        raise _fail(path, f"{name} cannot be read ({error})") from None
+        raise unusable(path, f"{name} cannot be read ({error})") from None
 
 
 def _read_manifest(path: Path) -> dict[str, Any]:
@@ -85,23 +95,8 @@ def _read_manifest(path: Path) -> dict[str, Any]:
     if not path.is_dir():
         raise PreparedFormatError(f"{path} is a file; expected a prepared directory")
     if not (path / MANIFEST_NAME).is_file():
-        raise _fail(path, "manifest.json is missing (an interrupted prepare leaves none)")
-    manifest = _read_json(path, MANIFEST_NAME)
-    if not isinstance(manifest, dict) or "format_version" not in manifest:
-        raise _fail(path, "manifest.json has no format_version")
-    version = manifest["format_version"]
-    if version != FORMAT_VERSION:
-        raise PreparedFormatError(
-            f"{path} has format_version {version!r}, but seqpack {__version__} reads only "
-            f"format_version {FORMAT_VERSION}; rebuild it with this seqpack (`seqpack prepare "
-            f"... --output {path} --overwrite`) or load it with the seqpack that wrote it "
-            f"({manifest.get('seqpack_version', 'unknown version')})"
-        )
-    files = manifest.get("files")
-    config = manifest.get("config")
-    if not isinstance(files, dict) or not isinstance(config, dict) or "max_seq_len" not in config:
-        raise _fail(path, "manifest.json lacks its files table or config.max_seq_len")
-    return manifest
+        raise unusable(path, "manifest.json is missing (an interrupted prepare leaves none)")
+    return check_manifest(path, _read_json(path, MANIFEST_NAME))
 
 
 def _check_files(path: Path, files: Mapping[str, Any], *, verify: bool) -> None:
@@ -111,16 +106,18 @@ def _check_files(path: Path, files: Mapping[str, Any], *, verify: bool) -> None:
         try:
             size = os.stat(file_path).st_size
         except OSError:
-            raise _fail(path, f"{name} is missing") from None
-        if size != entry.get("bytes"):
-            raise _fail(path, f"{name} has {size} bytes, the manifest says {entry.get('bytes')}")
+            raise unusable(path, f"{name} is missing") from None
+        if size != entry["bytes"]:
+            raise unusable(path, f"{name} has {size} bytes, the manifest says {entry['bytes']}")
         if verify:
             digest = hashlib.sha256()
             with open(file_path, "rb") as handle:
                 while block := handle.read(_HASH_CHUNK):
                     digest.update(block)
-            if digest.hexdigest() != entry.get("sha256"):
-                raise _fail(path, f"{name} does not match its sha256 in the manifest (corrupted)")
+            if digest.hexdigest() != entry["sha256"]:
+                raise unusable(
+                    path, f"{name} does not match its sha256 in the manifest (corrupted)"
+                )
 
 
 # Mapping a file without keeping a file descriptor: Python's mmap keeps a dup()ed descriptor per
@@ -156,45 +153,75 @@ def _map_readonly(fd: int, size: int) -> Any:
     return buffer
 
 
-def _open_pool(path: Path, name: str, expected: int, *, mmap_pools: bool) -> np.ndarray:
+def _open_pool(
+    path: Path, name: str, expected: int, *, mmap_pools: bool
+) -> tuple[np.ndarray, bool]:
+    """(the pool's ids, whether they are memory-mapped). A pool that cannot be mapped for want
+    of mappings (ENOMEM) is read into memory instead."""
     file_path = os.path.join(os.fspath(path), name)
     try:
         with open(file_path, "rb") as handle:
             dtype, shape, offset = _read_npy_header(handle)
             if dtype != _POOL_DTYPE or len(shape) != 1:
-                raise _fail(path, f"{name} holds {dtype} {shape}; expected a 1-d int64 array")
+                raise unusable(path, f"{name} holds {dtype} {shape}; expected a 1-d int64 array")
             if shape[0] != expected:
-                raise _fail(
+                raise unusable(
                     path,
                     f"{name} holds {shape[0]} ids but counts.json says {expected} sequences have "
                     "that length",
                 )
             if expected == 0:
-                return np.empty(0, dtype=_POOL_DTYPE)
-            if not mmap_pools:
-                array = np.fromfile(handle, dtype=_POOL_DTYPE, count=expected)
-                if array.size != expected:
-                    raise _fail(path, f"{name} is truncated")
-                return array
+                return np.empty(0, dtype=_POOL_DTYPE), False
             size = os.fstat(handle.fileno()).st_size
             if size < offset + 8 * expected:
-                raise _fail(path, f"{name} is truncated")
-            buffer = _map_readonly(handle.fileno(), size)
+                raise unusable(path, f"{name} is truncated")
+            buffer = None
+            if mmap_pools:
+                try:
+                    buffer = _map_readonly(handle.fileno(), size)
+                except OSError as error:
+                    if error.errno != errno.ENOMEM:
+                        raise
+                    logger.warning(
+                        "cannot memory-map %s (%s: the process may have used up its mappings, "
+                        "vm.max_map_count); reading it into memory instead",
+                        file_path,
+                        error.strerror,
+                    )
+            if buffer is None:
+                handle.seek(offset)
+                array = np.fromfile(handle, dtype=_POOL_DTYPE, count=expected)
+                if array.size != expected:
+                    raise unusable(path, f"{name} is truncated")
+                array.flags.writeable = False
+                return array, False
     except (OSError, ValueError) as error:
         if isinstance(error, PreparedFormatError):
             raise
-        raise _fail(path, f"{name} cannot be read as a .npy pool ({error})") from None
+        raise unusable(path, f"{name} cannot be read as a .npy pool ({error})") from None
     array = np.frombuffer(buffer, dtype=_POOL_DTYPE, count=expected, offset=offset)
     array.flags.writeable = False
-    return array
+    return array, True
 
 
 class PoolMap(Mapping[int, np.ndarray]):
     """The pools of a prepared directory, `{length: read-only int64 ids}`.
 
-    Each pool is opened (memory-mapped, or read with `mmap=False`) on first access and cached,
-    so loading costs nothing per pool until a pool is used. Pickles as its location: DataLoader
-    workers map the files themselves instead of receiving copies.
+    Each pool is opened on first access and cached, so loading costs nothing per pool until a
+    pool is used. Pickles as its location: DataLoader workers open the files themselves instead
+    of receiving copies.
+
+    With `mmap=True` (the default), the `MAX_MAPPED_POOLS` (4096) largest pools (by count; ties
+    by length) are memory-mapped: their ids stay in the page cache, shared by every process
+    that maps them and paged out under memory pressure. The other pools are read into memory:
+    a mapping costs an entry of the kernel's per-process table (`vm.max_map_count`, 65530 by
+    default) whatever the pool's size, so mapping one pool per length fails past ~65,000
+    distinct lengths. This keeps the mappings of a `PoolMap` at 4096 whatever the number of
+    distinct lengths; the memory read is that of the smallest pools only (each at most as large
+    as the smallest mapped pool; with long-tailed lengths, a small fraction of the ids), and
+    nothing at all with 4096 distinct lengths or fewer. A pool whose mapping fails for want of
+    mappings (ENOMEM: other libraries hold them) is read into memory, with a warning.
+    `mmap=False` reads every pool into memory.
     """
 
     def __init__(self, root: str | os.PathLike[str], counts: Mapping[int, int], mmap: bool = True):
@@ -202,12 +229,25 @@ class PoolMap(Mapping[int, np.ndarray]):
         self._counts = {int(length): int(count) for length, count in counts.items()}
         self._mmap = mmap
         self._arrays: dict[int, np.ndarray] = {}
+        mapped: list[int] = []
+        if mmap:
+            if len(self._counts) <= MAX_MAPPED_POOLS:
+                mapped = list(self._counts)
+            else:
+                by_size = ((count, -length) for length, count in self._counts.items())
+                mapped = [-key for _, key in heapq.nlargest(MAX_MAPPED_POOLS, by_size)]
+        self._to_map = frozenset(mapped)
+        self.num_mapped = 0
+        """Pools memory-mapped so far (at most `MAX_MAPPED_POOLS`)."""
 
     def __getitem__(self, length: int) -> np.ndarray:
         array = self._arrays.get(length)
         if array is None:
             count = self._counts[length]
-            array = _open_pool(self._root, pool_file_name(length), count, mmap_pools=self._mmap)
+            array, mapped = _open_pool(
+                self._root, pool_file_name(length), count, mmap_pools=length in self._to_map
+            )
+            self.num_mapped += mapped
             self._arrays[int(length)] = array
         return array
 
@@ -227,48 +267,60 @@ class PoolMap(Mapping[int, np.ndarray]):
         return f"PoolMap({os.fspath(self._root)!r}, {len(self)} pools, mmap={self._mmap})"
 
 
+def _read_contents(
+    root: Path, manifest: Mapping[str, Any]
+) -> tuple[dict[int, int], list[tuple[tuple[int, ...], int]]]:
+    """counts.json and templates.json, typed; the pools the manifest lists match the counts."""
+    files = manifest["files"]
+    max_seq_len = manifest["config"]["max_seq_len"]
+    counts = read_counts(root, _read_json(root, COUNTS_NAME), max_seq_len)
+    pairs = read_templates(root, _read_json(root, TEMPLATES_NAME))
+    listed_pools = {name for name in files if name.startswith(f"{POOLS_DIR}/")}
+    expected_pools = {pool_file_name(length) for length in counts}
+    if listed_pools != expected_pools:
+        odd = sorted(listed_pools ^ expected_pools)[0]
+        raise unusable(root, f"the pools listed in the manifest and counts.json disagree ({odd})")
+    for length, count in counts.items():
+        # A pool's size follows from its count (canonical header + 8 bytes per id), so the size
+        # check of _check_files catches a pool that disagrees with the counts without opening it.
+        name = pool_file_name(length)
+        recorded = files[name]["bytes"]
+        if recorded != len(npy_header(count)) + 8 * count:
+            raise unusable(
+                root,
+                f"{name} has {recorded} bytes in the manifest, but counts.json says {count} "
+                "sequences have that length",
+            )
+    return counts, pairs
+
+
 def load_prepared(
     path: str | os.PathLike[str], *, mmap: bool = True, verify: bool = False
 ) -> Prepared:
     """Load a prepared directory written by `seqpack prepare`.
 
     Returns a `Prepared` that unpacks as `manifest, counts, templates, pools`. Pools are
-    read-only int64 arrays, memory-mapped by default (no file descriptor is held per pool, so
-    any number of distinct lengths loads); `mmap=False` reads them all into memory now.
-    Raises `PreparedFormatError` for a missing or incomplete directory, an unknown
-    `format_version`, a pool whose size disagrees with the counts, and (with `verify=True`) any
-    file whose sha256 differs from the manifest's.
+    read-only int64 arrays, opened on first use: the largest (up to `MAX_MAPPED_POOLS`)
+    memory-mapped by default, with no file descriptor held per pool, so any number of distinct
+    lengths loads (see `PoolMap`); `mmap=False` reads them all into memory now.
+
+    Raises `PreparedFormatError`, naming the file, the field and the value, for a missing or
+    incomplete directory, an unknown `format_version`, a manifest, counts.json or
+    templates.json that does not follow its schema (`seqpack_cli.prepared.schema`), a pool
+    whose size disagrees with the counts, templates that do not fit `config.max_seq_len` (or
+    `config.max_seqs_per_bin`) or do not use every length exactly as often as counts.json says,
+    recorded totals (`n_sequences`, `n_bins`, ...) that disagree with the files, and (with
+    `verify=True`) any file whose sha256 differs from the manifest's.
     """
     root = Path(path)
     manifest = _read_manifest(root)
-    files = manifest["files"]
-    for required in (COUNTS_NAME, TEMPLATES_NAME):
-        if required not in files:
-            raise _fail(root, f"the manifest does not list {required}")
-    try:
-        counts = {int(k): int(v) for k, v in _read_json(root, COUNTS_NAME).items()}
-        templates: Counter[tuple[int, ...]] = Counter()
-        for template, multiplicity in _read_json(root, TEMPLATES_NAME):
-            templates[tuple(int(x) for x in template)] += int(multiplicity)
-    except (AttributeError, TypeError, ValueError):
-        raise _fail(root, "counts.json or templates.json is malformed") from None
-    listed_pools = {name for name in files if name.startswith(f"{POOLS_DIR}/")}
-    expected_pools = {pool_file_name(length) for length in counts}
-    if listed_pools != expected_pools:
-        odd = sorted(listed_pools ^ expected_pools)[0]
-        raise _fail(root, f"the pools listed in the manifest and counts.json disagree ({odd})")
-    for length, count in counts.items():
-        # A pool's size follows from its count (canonical header + 8 bytes per id), so the size
-        # check below catches a pool that disagrees with the counts without opening it.
-        name = pool_file_name(length)
-        recorded = files[name].get("bytes")
-        if recorded != len(npy_header(count)) + 8 * count:
-            raise _fail(
-                root,
-                f"{name} has {recorded} bytes in the manifest, but counts.json says {count} "
-                "sequences have that length",
-            )
-    _check_files(root, files, verify=verify)
+    counts, pairs = _read_contents(root, manifest)
+    _check_files(root, manifest["files"], verify=verify)
+    config = manifest["config"]
+    templates = check_templates(
+        root, pairs, counts, config["max_seq_len"], config.get("max_seqs_per_bin")
+    )
+    check_figures(root, manifest, counts, templates)
     pools = PoolMap(root, counts, mmap)
     if not mmap:
         for length in counts:

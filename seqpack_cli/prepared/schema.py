@@ -1,0 +1,517 @@
+"""What a prepared directory's JSON files must hold, checked in one place before anything is used.
+
+- `check_manifest`: manifest.json against its schema (below): what readers rely on is required
+  (`format_version`, `config.max_seq_len`, `files` with every file's `bytes` and `sha256`), every
+  other known field is type-checked when present, unknown fields are kept (`write_prepared`
+  passes the caller's own keys through). Manifests written before the `format` key existed have
+  none: accepted.
+- `read_counts`, `read_templates`: counts.json and templates.json as typed values.
+- `check_templates`: the O(templates) checks that catch a directory whose files agree with their
+  hashes but not with each other: every template fits `max_seq_len` (and `max_seqs_per_bin`), and
+  the templates use each length exactly as often as counts.json says. `check_figures`: the
+  figures the manifest records (`n_sequences`, `n_bins`, ...) agree with those files.
+
+Every problem is a `PreparedFormatError` naming the file, the field, the bad value, what was
+expected and how to rebuild the directory (`unusable`). Plain Python over the parsed JSON, no
+dependency. Integers are bounded by int64 (ids, counts and sizes are int64 at run time) and
+`max_seq_len` by `MAX_SEQ_LEN_LIMIT`, as `seqpack prepare` bounds it.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections import Counter
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from typing import Any, NoReturn
+
+from seqpack_cli import __version__
+from seqpack_cli.errors import PreparedFormatError
+from seqpack_cli.lengths import MAX_SEQ_LEN_LIMIT
+from seqpack_cli.pool_files import POOLS_DIR
+from seqpack_cli.prepared.layout import (
+    COUNTS_NAME,
+    FORMAT_NAME,
+    FORMAT_VERSION,
+    MANIFEST_NAME,
+    TEMPLATES_NAME,
+)
+
+__all__ = [
+    "MAX_INT",
+    "check_figures",
+    "check_manifest",
+    "check_templates",
+    "parse_json",
+    "read_counts",
+    "read_templates",
+    "unusable",
+]
+
+MAX_INT = 2**63 - 1
+"""The largest integer any field may hold: ids, counts and sizes are int64 at run time."""
+
+_INT_RANGE_MAX = "2**63 - 1"
+_SHA256 = re.compile(r"[0-9a-f]{64}")
+_LENGTH_TEXT = re.compile(r"[1-9][0-9]{0,18}")
+_POOL_NAME = re.compile(rf"{POOLS_DIR}/([1-9][0-9]{{0,18}})\.npy")
+
+
+class _Invalid(Exception):
+    """A schema problem, worded without the directory; `unusable` adds it and the fix."""
+
+
+def unusable(path: Path, problem: str) -> PreparedFormatError:
+    """The error for a prepared directory that cannot be used, with the command that rebuilds it."""
+    return PreparedFormatError(
+        f"{path} is not a usable prepared directory: {problem}; re-run `seqpack prepare ... "
+        f"--output {path} --overwrite` to rebuild it"
+    )
+
+
+# ---- JSON -------------------------------------------------------------------------------------
+
+
+def _unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    result = dict(pairs)
+    if len(result) != len(pairs):
+        seen: set[str] = set()
+        for key, _ in pairs:
+            if key in seen:
+                raise ValueError(f"key {key!r} appears twice in one object")
+            seen.add(key)
+    return result
+
+
+def _no_constant(name: str) -> NoReturn:
+    raise ValueError(f"{name} is not a JSON number")
+
+
+def parse_json(text: str) -> Any:
+    """Strict JSON: no NaN or Infinity, no key twice in one object. Raises ValueError (also for
+    nesting too deep to parse)."""
+    try:
+        return json.loads(text, object_pairs_hook=_unique_keys, parse_constant=_no_constant)
+    except RecursionError:
+        raise ValueError("nested too deeply") from None
+
+
+def _json_type(value: Any) -> str:
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "boolean"
+    if isinstance(value, int):
+        return "integer"
+    if isinstance(value, float):
+        return "number"
+    if isinstance(value, str):
+        return "string"
+    return "array" if isinstance(value, list) else "object"
+
+
+def _show(value: Any) -> str:
+    """A value as its JSON text (shortened) and JSON type, e.g. `true (boolean)`."""
+    try:
+        text = json.dumps(value)
+    except (ValueError, RecursionError):
+        text = "..."
+    if len(text) > 60:
+        text = text[:57] + "..."
+    return f"{text} ({_json_type(value)})"
+
+
+def _field(where: str) -> str:
+    """How a manifest field is named in a message: `manifest.json field config.max_seq_len`."""
+    return f"{MANIFEST_NAME} field {where}" if where else MANIFEST_NAME
+
+
+def _child(where: str, key: str) -> str:
+    return f"{where}.{key}" if where else key
+
+
+def _expect(where: str, value: Any, expected: str) -> NoReturn:
+    raise _Invalid(f"{_field(where)} is {_show(value)}; expected {expected}")
+
+
+# ---- checks: each is check(value, where) and raises _Invalid -----------------------------------
+
+_Check = Callable[[Any, str], None]
+
+
+def _integer(minimum: int = 0, maximum: int = MAX_INT, *, nullable: bool = False) -> _Check:
+    top = _INT_RANGE_MAX if maximum == MAX_INT else str(maximum)
+    bottom = "-2**63" if minimum == -MAX_INT - 1 else str(minimum)
+    expected = f"an integer in [{bottom}, {top}]" + (" or null" if nullable else "")
+
+    def check(value: Any, where: str) -> None:
+        if value is None and nullable:
+            return
+        if type(value) is not int or not minimum <= value <= maximum:
+            _expect(where, value, expected)
+
+    return check
+
+
+def _fraction(value: Any, where: str) -> None:
+    if type(value) not in (int, float) or not 0 <= value <= 1:
+        _expect(where, value, "a number in [0, 1]")
+
+
+def _number(value: Any, where: str) -> None:
+    if type(value) not in (int, float) or not -float(MAX_INT) <= value <= float(MAX_INT):
+        _expect(where, value, "a number")
+
+
+def _string(*, choices: tuple[str, ...] = (), nullable: bool = False) -> _Check:
+    expected = " or ".join(json.dumps(c) for c in choices) if choices else "a string"
+    expected += " or null" if nullable else ""
+
+    def check(value: Any, where: str) -> None:
+        if value is None and nullable:
+            return
+        if not isinstance(value, str) or (choices and value not in choices):
+            _expect(where, value, expected)
+
+    return check
+
+
+def _boolean(value: Any, where: str) -> None:
+    if not isinstance(value, bool):
+        _expect(where, value, "true or false")
+
+
+def _sha256(value: Any, where: str) -> None:
+    if not isinstance(value, str) or not _SHA256.fullmatch(value):
+        _expect(where, value, "a sha256 digest (64 lowercase hexadecimal digits)")
+
+
+def _object(fields: Mapping[str, tuple[bool, _Check]]) -> _Check:
+    """A JSON object with these fields (required or not); other keys are left alone."""
+
+    def check(value: Any, where: str) -> None:
+        if not isinstance(value, dict):
+            _expect(where, value, "an object")
+        for key, (required, check_field) in fields.items():
+            if key in value:
+                check_field(value[key], _child(where, key))
+            elif required:
+                raise _Invalid(f"{_field(where)} has no {json.dumps(key)}")
+
+    return check
+
+
+def _array_of(check_item: _Check) -> _Check:
+    def check(value: Any, where: str) -> None:
+        if not isinstance(value, list):
+            _expect(where, value, "an array")
+        for i, item in enumerate(value):
+            check_item(item, f"{where}[{i}]")
+
+    return check
+
+
+def _object_of(check_item: _Check) -> _Check:
+    def check(value: Any, where: str) -> None:
+        if not isinstance(value, dict):
+            _expect(where, value, "an object")
+        for key, item in value.items():
+            check_item(item, f"{where}[{json.dumps(key)}]")
+
+    return check
+
+
+def _file_names(value: Any, where: str) -> None:
+    for name in value:
+        if name not in (COUNTS_NAME, TEMPLATES_NAME) and not _POOL_NAME.fullmatch(name):
+            raise _Invalid(
+                f"{_field(where)} lists {json.dumps(name)[:60]}, which is not a file of a prepared "
+                f"directory (expected {COUNTS_NAME}, {TEMPLATES_NAME} and {POOLS_DIR}/LENGTH.npy)"
+            )
+    for name in (COUNTS_NAME, TEMPLATES_NAME):
+        if name not in value:
+            raise _Invalid(f"{_field(where)} does not list {name}")
+
+
+def _all(*checks: _Check) -> _Check:
+    def check(value: Any, where: str) -> None:
+        for each in checks:
+            each(value, where)
+
+    return check
+
+
+_COUNT = _integer(0)
+_MAX_SEQ_LEN = _integer(1, MAX_SEQ_LEN_LIMIT)
+_ID = _integer(-MAX_INT - 1, nullable=True)
+
+# What `seqpack prepare` writes (seqpack_cli/prepare.py `_manifest`, writer.py `commit`).
+# format and format_version are checked first, by `check_manifest` itself.
+_MANIFEST = _object(
+    {
+        "seqpack_version": (False, _string()),
+        "max_seq_len": (False, _MAX_SEQ_LEN),  # the reference's key; equals config.max_seq_len
+        "n_sequences": (False, _COUNT),
+        "n_bins": (False, _COUNT),
+        "efficiency": (False, _fraction),
+        "config": (
+            True,
+            _object(
+                {
+                    "max_seq_len": (True, _MAX_SEQ_LEN),
+                    "length_column": (False, _string()),
+                    "id_column": (False, _string(nullable=True)),
+                    "ids": (False, _string(choices=("id_column", "row_index"))),
+                    "packer": (False, _string()),
+                    "max_seqs_per_bin": (False, _integer(1, nullable=True)),
+                    "filter_over_cap": (False, _boolean),
+                }
+            ),
+        ),
+        "inputs": (
+            False,
+            _object(
+                {
+                    "num_files": (False, _COUNT),
+                    "num_rows": (False, _COUNT),
+                    "num_bytes": (False, _COUNT),
+                    "files": (
+                        False,
+                        _array_of(
+                            _object(
+                                {
+                                    "path": (True, _string()),
+                                    "bytes": (False, _COUNT),
+                                    "num_rows": (False, _COUNT),
+                                }
+                            )
+                        ),
+                    ),
+                }
+            ),
+        ),
+        "summary": (
+            False,
+            _object(
+                {
+                    **dict.fromkeys(
+                        (
+                            "num_input_rows",
+                            "num_sequences",
+                            "num_tokens",
+                            "num_bins",
+                            "lower_bound_bins",
+                            "num_distinct_lengths",
+                            "num_templates",
+                            "min_length",
+                            "max_length",
+                            "num_dropped",
+                        ),
+                        (False, _COUNT),
+                    ),
+                    "efficiency": (False, _fraction),
+                    "dropped": (False, _object_of(_COUNT)),
+                    "id_min": (False, _ID),
+                    "id_max": (False, _ID),
+                }
+            ),
+        ),
+        "stats": (False, _object_of(_number)),
+        "files": (
+            True,
+            _all(
+                _object_of(_object({"bytes": (True, _COUNT), "sha256": (True, _sha256)})),
+                _file_names,
+            ),
+        ),
+    }
+)
+
+
+def check_manifest(path: Path, manifest: Any) -> dict[str, Any]:
+    """`manifest` (parsed manifest.json of the directory `path`), checked against the schema."""
+    where = MANIFEST_NAME
+    if not isinstance(manifest, dict):
+        raise unusable(path, f"{where} holds {_show(manifest)}; expected an object")
+    if "format" in manifest and manifest["format"] != FORMAT_NAME:
+        raise PreparedFormatError(
+            f"{path} is not a seqpack prepared directory: its {where} has format "
+            f"{_show(manifest['format'])}, expected {json.dumps(FORMAT_NAME)}; give a directory "
+            "written by `seqpack prepare`"
+        )
+    if "format_version" not in manifest:
+        raise unusable(path, f"{where} has no format_version")
+    version = manifest["format_version"]
+    if type(version) is not int:
+        expected = f"expected the integer {FORMAT_VERSION}"
+        raise unusable(path, f"{where} field format_version is {_show(version)}; {expected}")
+    if version != FORMAT_VERSION:
+        writer = manifest.get("seqpack_version")
+        if not isinstance(writer, str) or not writer.isprintable():
+            writer = "unknown version"
+        raise PreparedFormatError(
+            f"{path} has format_version {str(version)[:40]}, but seqpack {__version__} reads only "
+            f"format_version {FORMAT_VERSION}; rebuild it with this seqpack (`seqpack prepare "
+            f"... --output {path} --overwrite`) or load it with the seqpack that wrote it "
+            f"({writer[:40]})"
+        )
+    try:
+        _MANIFEST(manifest, "")
+    except _Invalid as problem:
+        raise unusable(path, str(problem)) from None
+    top, config = manifest.get("max_seq_len"), manifest["config"]["max_seq_len"]
+    if top is not None and top != config:
+        raise unusable(
+            path,
+            f"{where} has max_seq_len {top} but config.max_seq_len {config}; they must agree",
+        )
+    return manifest
+
+
+def read_counts(path: Path, data: Any, max_seq_len: int) -> dict[int, int]:
+    """counts.json (`{"length": count}`) as `{length: count}`; lengths within max_seq_len."""
+    if not isinstance(data, dict):
+        raise unusable(path, f"{COUNTS_NAME} holds {_show(data)}; expected an object")
+    counts: dict[int, int] = {}
+    for key, count in data.items():
+        if not _LENGTH_TEXT.fullmatch(key):
+            raise unusable(
+                path,
+                f"{COUNTS_NAME} has the key {json.dumps(key)[:60]}; expected lengths written as "
+                'positive integers ("1", "512")',
+            )
+        length = int(key)
+        if length > max_seq_len:
+            raise unusable(
+                path,
+                f"{COUNTS_NAME} has length {length}, longer than config.max_seq_len "
+                f"{max_seq_len} in {MANIFEST_NAME}",
+            )
+        if type(count) is not int or not 0 <= count <= MAX_INT:
+            raise unusable(
+                path,
+                f"{COUNTS_NAME} has {_show(count)} sequences of length {length}; expected an "
+                f"integer in [0, {_INT_RANGE_MAX}]",
+            )
+        counts[length] = count
+    return counts
+
+
+def read_templates(path: Path, data: Any) -> list[tuple[tuple[int, ...], int]]:
+    """templates.json (`[[template_lengths, multiplicity], ...]`) as (template, multiplicity)
+    pairs, in file order; types only (`check_templates` checks the values)."""
+    if not isinstance(data, list):
+        raise unusable(path, f"{TEMPLATES_NAME} holds {_show(data)}; expected an array")
+    pairs: list[tuple[tuple[int, ...], int]] = []
+    for number, entry in enumerate(data):
+        if (
+            not isinstance(entry, list)
+            or len(entry) != 2
+            or not isinstance(entry[0], list)
+            or any(type(length) is not int for length in entry[0])
+            or type(entry[1]) is not int
+        ):
+            raise unusable(
+                path,
+                f"{TEMPLATES_NAME} entry {number} is {_show(entry)}; expected [[length, ...], "
+                "multiplicity] with integer lengths and multiplicity",
+            )
+        pairs.append((tuple(entry[0]), entry[1]))
+    return pairs
+
+
+def check_templates(
+    path: Path,
+    pairs: list[tuple[tuple[int, ...], int]],
+    counts: Mapping[int, int],
+    max_seq_len: int,
+    max_seqs_per_bin: int | None,
+) -> Counter[tuple[int, ...]]:
+    """The templates as a Counter, after checking that each is a valid bin and that together
+    they use every length exactly `counts[length]` times. O(template slots)."""
+    templates: Counter[tuple[int, ...]] = Counter()
+    used: dict[int, int] = {}
+    for number, (template, multiplicity) in enumerate(pairs):
+        problem = _template_problem(template, multiplicity, counts, max_seq_len, max_seqs_per_bin)
+        if problem is None and template in templates:
+            problem = "appears twice (each template is listed once, with its multiplicity)"
+        if problem is not None:
+            raise unusable(
+                path,
+                f"{TEMPLATES_NAME} entry {number} ({_show([list(template), multiplicity])}) "
+                f"{problem}",
+            )
+        templates[template] = multiplicity
+        for length in template:
+            used[length] = used.get(length, 0) + multiplicity
+    for length, count in counts.items():
+        if used.get(length, 0) != count:
+            raise unusable(
+                path,
+                f"the templates in {TEMPLATES_NAME} hold {used.get(length, 0)} sequences of "
+                f"length {length} but {COUNTS_NAME} says {count}: every sequence must be in "
+                "exactly one bin",
+            )
+    return templates
+
+
+def _template_problem(
+    template: tuple[int, ...],
+    multiplicity: int,
+    counts: Mapping[int, int],
+    max_seq_len: int,
+    max_seqs_per_bin: int | None,
+) -> str | None:
+    if not template:
+        return "is empty; a bin holds at least one sequence"
+    if not 1 <= multiplicity <= MAX_INT:
+        return f"has multiplicity {multiplicity}; expected an integer in [1, {_INT_RANGE_MAX}]"
+    previous = template[0]
+    for length in template:
+        if length not in counts:
+            return f"has length {length}, which {COUNTS_NAME} does not list"
+        if length > previous:
+            return "is not sorted descending"
+        previous = length
+    total = sum(template)
+    if total > max_seq_len:
+        return (
+            f"holds {total} tokens, more than config.max_seq_len {max_seq_len} in {MANIFEST_NAME}"
+        )
+    if max_seqs_per_bin is not None and len(template) > max_seqs_per_bin:
+        return (
+            f"holds {len(template)} sequences, more than config.max_seqs_per_bin "
+            f"{max_seqs_per_bin} in {MANIFEST_NAME}"
+        )
+    return None
+
+
+def check_figures(
+    path: Path,
+    manifest: Mapping[str, Any],
+    counts: Mapping[int, int],
+    templates: Mapping[tuple[int, ...], int],
+) -> None:
+    """The sequence, token and bin totals the manifest records agree with the files."""
+    summary = manifest.get("summary", {})
+    actual = {
+        "sequences": sum(counts.values()),
+        "bins": sum(templates.values()),
+        "tokens": sum(length * count for length, count in counts.items()),
+    }
+    recorded = [
+        ("n_sequences", manifest.get("n_sequences"), "sequences"),
+        ("n_bins", manifest.get("n_bins"), "bins"),
+        ("summary.num_sequences", summary.get("num_sequences"), "sequences"),
+        ("summary.num_bins", summary.get("num_bins"), "bins"),
+        ("summary.num_tokens", summary.get("num_tokens"), "tokens"),
+    ]
+    for field, value, what in recorded:
+        if value is not None and value != actual[what]:
+            source = COUNTS_NAME if what != "bins" else TEMPLATES_NAME
+            raise unusable(
+                path,
+                f"{MANIFEST_NAME} field {field} is {value} but {source} holds {actual[what]} "
+                f"{what}",
+            )
