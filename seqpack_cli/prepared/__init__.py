@@ -4,7 +4,9 @@
 - `writer`: `PreparedWriter` (atomic: temporary sibling, manifest last, one swap), `write_prepared`;
 - `output_checks`: `check_output`, what an output may replace;
 - `siblings`: the hidden temporary siblings' names, renameat2, `recover_siblings` after killed runs;
-- `reader`: `load_prepared` and `PoolMap` (memory-mapped pools, checks, `verify=True` hashes).
+- `reader`: `load_prepared` and `PoolMap` (memory-mapped pools, checks, `verify=True` hashes);
+- `schema`: what manifest.json must hold (`check_manifest`), one schema checked in one place;
+- `consistency`: counts.json and templates.json agree with each other and the manifest.
 
 Part of the training-time runtime: imports neither duckdb nor rich.
 """

@@ -5,11 +5,8 @@
   other known field is type-checked when present, unknown fields are kept (`write_prepared`
   passes the caller's own keys through). Manifests written before the `format` key existed have
   none: accepted.
-- `read_counts`, `read_templates`: counts.json and templates.json as typed values.
-- `check_templates`: the O(templates) checks that catch a directory whose files agree with their
-  hashes but not with each other: every template fits `max_seq_len` (and `max_seqs_per_bin`), and
-  the templates use each length exactly as often as counts.json says. `check_figures`: the
-  figures the manifest records (`n_sequences`, `n_bins`, ...) agree with those files.
+(counts.json and templates.json, and their agreement with each other and the manifest, are
+checked in `seqpack_cli.prepared.consistency`.)
 
 Every problem is a `PreparedFormatError` naming the file, the field, the bad value, what was
 expected and how to rebuild the directory (`unusable`). Plain Python over the parsed JSON, no
@@ -21,7 +18,6 @@ from __future__ import annotations
 
 import json
 import re
-from collections import Counter
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any, NoReturn
@@ -39,22 +35,19 @@ from seqpack_cli.prepared.layout import (
 )
 
 __all__ = [
+    "INT_RANGE_MAX",
     "MAX_INT",
-    "check_figures",
     "check_manifest",
-    "check_templates",
     "parse_json",
-    "read_counts",
-    "read_templates",
+    "show",
     "unusable",
 ]
 
 MAX_INT = 2**63 - 1
 """The largest integer any field may hold: ids, counts and sizes are int64 at run time."""
 
-_INT_RANGE_MAX = "2**63 - 1"
+INT_RANGE_MAX = "2**63 - 1"
 _SHA256 = re.compile(r"[0-9a-f]{64}")
-_LENGTH_TEXT = re.compile(r"[1-9][0-9]{0,18}")
 _POOL_NAME = re.compile(rf"{POOLS_DIR}/([1-9][0-9]{{0,18}})\.npy")
 
 
@@ -111,7 +104,7 @@ def _json_type(value: Any) -> str:
     return "array" if isinstance(value, list) else "object"
 
 
-def _show(value: Any) -> str:
+def show(value: Any) -> str:
     """A value as its JSON text (shortened) and JSON type, e.g. `true (boolean)`."""
     try:
         text = json.dumps(value)
@@ -132,7 +125,7 @@ def _child(where: str, key: str) -> str:
 
 
 def _expect(where: str, value: Any, expected: str) -> NoReturn:
-    raise _Invalid(f"{_field(where)} is {_show(value)}; expected {expected}")
+    raise _Invalid(f"{_field(where)} is {show(value)}; expected {expected}")
 
 
 # ---- checks: each is check(value, where) and raises _Invalid -----------------------------------
@@ -141,7 +134,7 @@ _Check = Callable[[Any, str], None]
 
 
 def _integer(minimum: int = 0, maximum: int = MAX_INT, *, nullable: bool = False) -> _Check:
-    top = _INT_RANGE_MAX if maximum == MAX_INT else str(maximum)
+    top = INT_RANGE_MAX if maximum == MAX_INT else str(maximum)
     bottom = "-2**63" if minimum == -MAX_INT - 1 else str(minimum)
     expected = f"an integer in [{bottom}, {top}]" + (" or null" if nullable else "")
 
@@ -333,11 +326,11 @@ def check_manifest(path: Path, manifest: Any) -> dict[str, Any]:
     """`manifest` (parsed manifest.json of the directory `path`), checked against the schema."""
     where = MANIFEST_NAME
     if not isinstance(manifest, dict):
-        raise unusable(path, f"{where} holds {_show(manifest)}; expected an object")
+        raise unusable(path, f"{where} holds {show(manifest)}; expected an object")
     if "format" in manifest and manifest["format"] != FORMAT_NAME:
         raise PreparedFormatError(
             f"{path} is not a seqpack prepared directory: its {where} has format "
-            f"{_show(manifest['format'])}, expected {json.dumps(FORMAT_NAME)}; give a directory "
+            f"{show(manifest['format'])}, expected {json.dumps(FORMAT_NAME)}; give a directory "
             "written by `seqpack prepare`"
         )
     if "format_version" not in manifest:
@@ -345,7 +338,7 @@ def check_manifest(path: Path, manifest: Any) -> dict[str, Any]:
     version = manifest["format_version"]
     if type(version) is not int:
         expected = f"expected the integer {FORMAT_VERSION}"
-        raise unusable(path, f"{where} field format_version is {_show(version)}; {expected}")
+        raise unusable(path, f"{where} field format_version is {show(version)}; {expected}")
     if version != FORMAT_VERSION:
         writer = manifest.get("seqpack_version")
         if not isinstance(writer, str) or not writer.isprintable():
@@ -367,151 +360,3 @@ def check_manifest(path: Path, manifest: Any) -> dict[str, Any]:
             f"{where} has max_seq_len {top} but config.max_seq_len {config}; they must agree",
         )
     return manifest
-
-
-def read_counts(path: Path, data: Any, max_seq_len: int) -> dict[int, int]:
-    """counts.json (`{"length": count}`) as `{length: count}`; lengths within max_seq_len."""
-    if not isinstance(data, dict):
-        raise unusable(path, f"{COUNTS_NAME} holds {_show(data)}; expected an object")
-    counts: dict[int, int] = {}
-    for key, count in data.items():
-        if not _LENGTH_TEXT.fullmatch(key):
-            raise unusable(
-                path,
-                f"{COUNTS_NAME} has the key {json.dumps(key)[:60]}; expected lengths written as "
-                'positive integers ("1", "512")',
-            )
-        length = int(key)
-        if length > max_seq_len:
-            raise unusable(
-                path,
-                f"{COUNTS_NAME} has length {length}, longer than config.max_seq_len "
-                f"{max_seq_len} in {MANIFEST_NAME}",
-            )
-        if type(count) is not int or not 0 <= count <= MAX_INT:
-            raise unusable(
-                path,
-                f"{COUNTS_NAME} has {_show(count)} sequences of length {length}; expected an "
-                f"integer in [0, {_INT_RANGE_MAX}]",
-            )
-        counts[length] = count
-    return counts
-
-
-def read_templates(path: Path, data: Any) -> list[tuple[tuple[int, ...], int]]:
-    """templates.json (`[[template_lengths, multiplicity], ...]`) as (template, multiplicity)
-    pairs, in file order; types only (`check_templates` checks the values)."""
-    if not isinstance(data, list):
-        raise unusable(path, f"{TEMPLATES_NAME} holds {_show(data)}; expected an array")
-    pairs: list[tuple[tuple[int, ...], int]] = []
-    for number, entry in enumerate(data):
-        if (
-            not isinstance(entry, list)
-            or len(entry) != 2
-            or not isinstance(entry[0], list)
-            or any(type(length) is not int for length in entry[0])
-            or type(entry[1]) is not int
-        ):
-            raise unusable(
-                path,
-                f"{TEMPLATES_NAME} entry {number} is {_show(entry)}; expected [[length, ...], "
-                "multiplicity] with integer lengths and multiplicity",
-            )
-        pairs.append((tuple(entry[0]), entry[1]))
-    return pairs
-
-
-def check_templates(
-    path: Path,
-    pairs: list[tuple[tuple[int, ...], int]],
-    counts: Mapping[int, int],
-    max_seq_len: int,
-    max_seqs_per_bin: int | None,
-) -> Counter[tuple[int, ...]]:
-    """The templates as a Counter, after checking that each is a valid bin and that together
-    they use every length exactly `counts[length]` times. O(template slots)."""
-    templates: Counter[tuple[int, ...]] = Counter()
-    used: dict[int, int] = {}
-    for number, (template, multiplicity) in enumerate(pairs):
-        problem = _template_problem(template, multiplicity, counts, max_seq_len, max_seqs_per_bin)
-        if problem is None and template in templates:
-            problem = "appears twice (each template is listed once, with its multiplicity)"
-        if problem is not None:
-            raise unusable(
-                path,
-                f"{TEMPLATES_NAME} entry {number} ({_show([list(template), multiplicity])}) "
-                f"{problem}",
-            )
-        templates[template] = multiplicity
-        for length in template:
-            used[length] = used.get(length, 0) + multiplicity
-    for length, count in counts.items():
-        if used.get(length, 0) != count:
-            raise unusable(
-                path,
-                f"the templates in {TEMPLATES_NAME} hold {used.get(length, 0)} sequences of "
-                f"length {length} but {COUNTS_NAME} says {count}: every sequence must be in "
-                "exactly one bin",
-            )
-    return templates
-
-
-def _template_problem(
-    template: tuple[int, ...],
-    multiplicity: int,
-    counts: Mapping[int, int],
-    max_seq_len: int,
-    max_seqs_per_bin: int | None,
-) -> str | None:
-    if not template:
-        return "is empty; a bin holds at least one sequence"
-    if not 1 <= multiplicity <= MAX_INT:
-        return f"has multiplicity {multiplicity}; expected an integer in [1, {_INT_RANGE_MAX}]"
-    previous = template[0]
-    for length in template:
-        if length not in counts:
-            return f"has length {length}, which {COUNTS_NAME} does not list"
-        if length > previous:
-            return "is not sorted descending"
-        previous = length
-    total = sum(template)
-    if total > max_seq_len:
-        return (
-            f"holds {total} tokens, more than config.max_seq_len {max_seq_len} in {MANIFEST_NAME}"
-        )
-    if max_seqs_per_bin is not None and len(template) > max_seqs_per_bin:
-        return (
-            f"holds {len(template)} sequences, more than config.max_seqs_per_bin "
-            f"{max_seqs_per_bin} in {MANIFEST_NAME}"
-        )
-    return None
-
-
-def check_figures(
-    path: Path,
-    manifest: Mapping[str, Any],
-    counts: Mapping[int, int],
-    templates: Mapping[tuple[int, ...], int],
-) -> None:
-    """The sequence, token and bin totals the manifest records agree with the files."""
-    summary = manifest.get("summary", {})
-    actual = {
-        "sequences": sum(counts.values()),
-        "bins": sum(templates.values()),
-        "tokens": sum(length * count for length, count in counts.items()),
-    }
-    recorded = [
-        ("n_sequences", manifest.get("n_sequences"), "sequences"),
-        ("n_bins", manifest.get("n_bins"), "bins"),
-        ("summary.num_sequences", summary.get("num_sequences"), "sequences"),
-        ("summary.num_bins", summary.get("num_bins"), "bins"),
-        ("summary.num_tokens", summary.get("num_tokens"), "tokens"),
-    ]
-    for field, value, what in recorded:
-        if value is not None and value != actual[what]:
-            source = COUNTS_NAME if what != "bins" else TEMPLATES_NAME
-            raise unusable(
-                path,
-                f"{MANIFEST_NAME} field {field} is {value} but {source} holds {actual[what]} "
-                f"{what}",
-            )
