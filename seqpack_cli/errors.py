@@ -54,3 +54,6 @@ class ConfigError(SeqpackError, ValueError):
 
 class PreparedFormatError(SeqpackError, ValueError):
     """A `prepared/` directory is missing, incomplete, of an unknown version, or corrupted."""
+
+    problem: str | None = None
+    """What is wrong, without the directory and the fix (for callers that word their own)."""

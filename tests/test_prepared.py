@@ -375,3 +375,24 @@ def test_thousands_of_pools_load_under_a_1024_open_files_limit(tmp_path: Path) -
     result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True)
     assert result.returncode == 0, result.stderr
     assert result.stdout.split() == ["ok", "1500"]
+
+
+@pytest.mark.parametrize(
+    ("manifest", "templates", "problem"),
+    [
+        ({"config": {"max_seq_len": "10"}}, TEMPLATES, "config.max_seq_len"),
+        ({"config": {"max_seq_len": 6}}, TEMPLATES, "more than config.max_seq_len 6"),
+        ({"config": {"max_seq_len": 10}}, Counter({(7, 3): 1, (5, 5): 1}), "every sequence"),
+        ({"config": {"max_seq_len": 10}, "n_bins": 4}, TEMPLATES, "n_bins"),
+    ],
+)
+def test_write_prepared_refuses_what_load_prepared_would_refuse(
+    tmp_path: Path, manifest: dict, templates: Counter, problem: str
+) -> None:
+    # The writer checks with the reader's own rules before creating anything.
+    with pytest.raises(ConfigError, match="load_prepared refuses") as caught:
+        write_prepared(
+            tmp_path / "out", counts=COUNTS, templates=templates, pools=POOLS, manifest=manifest
+        )
+    assert problem in str(caught.value)
+    assert list(tmp_path.iterdir()) == []

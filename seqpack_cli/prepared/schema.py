@@ -57,10 +57,12 @@ class _Invalid(Exception):
 
 def unusable(path: Path, problem: str) -> PreparedFormatError:
     """The error for a prepared directory that cannot be used, with the command that rebuilds it."""
-    return PreparedFormatError(
+    error = PreparedFormatError(
         f"{path} is not a usable prepared directory: {problem}; re-run `seqpack prepare ... "
         f"--output {path} --overwrite` to rebuild it"
     )
+    error.problem = problem  # the bare problem, for callers that word their own fix
+    return error
 
 
 # ---- JSON -------------------------------------------------------------------------------------

@@ -32,11 +32,12 @@ from typing import Any
 import numpy as np
 
 from seqpack_cli import __version__
-from seqpack_cli.errors import ConfigError, InputError, option
+from seqpack_cli.errors import ConfigError, InputError, PreparedFormatError, option
 from seqpack_cli.interrupts import Interrupts, signal_exception, signal_name, signals_blocked
 from seqpack_cli.pool_files import POOL_DTYPE as _POOL_DTYPE
 from seqpack_cli.pool_files import POOLS_DIR, PoolFiles
 from seqpack_cli.prepared import siblings  # siblings.rename2 looked up at each call (tests stub it)
+from seqpack_cli.prepared.consistency import check_figures, check_templates, read_templates
 from seqpack_cli.prepared.layout import (
     COUNTS_NAME,
     FORMAT_NAME,
@@ -47,6 +48,7 @@ from seqpack_cli.prepared.layout import (
     templates_to_json,
 )
 from seqpack_cli.prepared.output_checks import check_output
+from seqpack_cli.prepared.schema import check_manifest
 from seqpack_cli.prepared.siblings import OLD, TMP, lock_directory, recover_siblings, sibling_path
 
 __all__ = ["PreparedWriter", "check_output", "write_prepared"]
@@ -367,6 +369,33 @@ class PreparedWriter:
         self._committed, self._replaced = True, old
 
 
+def _check_loadable(
+    output: str | os.PathLike[str],
+    document: Mapping[str, Any],
+    counts: Mapping[int, int],
+    templates: Mapping[tuple[int, ...], int],
+) -> None:
+    """Refuse, before writing anything, what `load_prepared` would refuse to read back."""
+    path = Path(output)
+    try:
+        # The files table is the writer's own (filled at commit): a placeholder stands in.
+        placeholder = {"bytes": 0, "sha256": "0" * 64}
+        files = {COUNTS_NAME: placeholder, TEMPLATES_NAME: placeholder}
+        checked = check_manifest(path, {**document, "files": files})
+        max_seq_len = checked["config"]["max_seq_len"]
+        pairs = read_templates(path, json.loads(templates_to_json(templates)))
+        counts_checked = {int(length): int(count) for length, count in counts.items()}
+        max_seqs_per_bin = checked["config"].get("max_seqs_per_bin")
+        canonical = check_templates(path, pairs, counts_checked, max_seq_len, max_seqs_per_bin)
+        check_figures(path, checked, counts_checked, canonical)
+    except PreparedFormatError as error:
+        problem = error.problem or str(error)
+        raise ConfigError(
+            f"write_prepared would write a directory that load_prepared refuses: {problem}; pass "
+            "a manifest, counts and templates that agree"
+        ) from None
+
+
 def write_prepared(
     output: str | os.PathLike[str],
     *,
@@ -391,16 +420,17 @@ def write_prepared(
                 f"the pool for length {length} holds {size} ids but counts says {count}; pass "
                 "counts and pools from one histogram (e.g. length_histogram_from_lengths)"
             )
+    document = {
+        "format": FORMAT_NAME,
+        "format_version": FORMAT_VERSION,
+        "seqpack_version": __version__,
+        **manifest,
+    }
+    _check_loadable(output, document, counts, templates)
     with PreparedWriter(output, overwrite=overwrite) as writer:
         writer.create_pool_files(counts)
         for length in sorted(counts):
             writer.append_pool(length, np.sort(np.asarray(pools[length], dtype=_POOL_DTYPE)))
         writer.write_bytes(COUNTS_NAME, counts_to_json(counts))
         writer.write_bytes(TEMPLATES_NAME, templates_to_json(templates))
-        document = {
-            "format": FORMAT_NAME,
-            "format_version": FORMAT_VERSION,
-            "seqpack_version": __version__,
-            **manifest,
-        }
         return writer.commit(document)
