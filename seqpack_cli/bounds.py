@@ -1,8 +1,10 @@
-"""Lower bounds on the number of bins a length histogram needs.
+"""Lower bounds on the number of bins a length histogram needs: the one place they are computed.
 
 The histogram engine stops as soon as a strategy reaches `lower_bound` (nothing can do better),
 and `residual_lower_bound` lets a strategy that is part-way through prove that it can no longer
-beat the best packing found so far.
+beat the best packing found so far. Every figure a user sees (`PackingStats.lower_bound_bins`,
+the prepared manifest, `seqpack stats`, the sweep) is `LowerBound.value` of the packed lengths,
+through `lower_bounds_of_lengths`, so the reports and the engine agree on what "optimal" means.
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ __all__ = [
     "LowerBound",
     "lower_bound",
     "lower_bounds",
+    "lower_bounds_of_lengths",
     "residual_lower_bound",
 ]
 
@@ -39,6 +42,10 @@ class LowerBound:
     def value(self) -> int:
         return max(self.by_volume, self.by_size, self.by_number)
 
+    def to_dict(self) -> dict[str, int]:
+        """`{"volume": .., "size": .., "number": ..}`: which bound binds, for a JSON report."""
+        return {"volume": self.by_volume, "size": self.by_size, "number": self.by_number}
+
 
 def lower_bound(items: list[tuple[int, int]], max_seq_len: int, cap: int | None) -> int:
     """A lower bound for `items` (length, count), lengths descending and distinct."""
@@ -51,11 +58,34 @@ def lower_bounds(items: list[tuple[int, int]], max_seq_len: int, cap: int | None
         return LowerBound(0, 0, 0)
     lengths = np.array([length for length, _ in reversed(items)], dtype=np.int64)  # ascending
     counts = np.array([count for _, count in reversed(items)], dtype=np.int64)
-    bound = _bounds_of_sizes(lengths, counts, max_seq_len)
-    if cap is not None:
-        by_cap = -(-int(counts.sum()) // cap)
-        bound = LowerBound(bound.by_volume, bound.by_size, max(bound.by_number, by_cap))
-    return bound
+    return _capped(_bounds_of_sizes(lengths, counts, max_seq_len), counts, cap)
+
+
+def lower_bounds_of_lengths(
+    lengths: np.ndarray, counts: np.ndarray, max_seq_len: int, cap: int | None = None
+) -> LowerBound:
+    """`lower_bounds` of `counts[i]` sequences of `lengths[i]` tokens, in any order.
+
+    Lengths may repeat (their counts add up) and counts may be 0; every length must be in
+    [1, max_seq_len] (callers have checked it). `cap`: `max_seqs_per_bin`, or None.
+    """
+    size_array = np.asarray(lengths, dtype=np.int64)
+    num_array = np.asarray(counts, dtype=np.int64)
+    if not size_array.size:
+        return LowerBound(0, 0, 0)
+    order = np.argsort(size_array, kind="stable")
+    size_array, num_array = size_array[order], num_array[order]
+    starts = np.flatnonzero(np.concatenate(([True], size_array[1:] != size_array[:-1])))
+    num_array = np.add.reduceat(num_array, starts)
+    return _capped(_bounds_of_sizes(size_array[starts], num_array, max_seq_len), num_array, cap)
+
+
+def _capped(bound: LowerBound, counts: np.ndarray, cap: int | None) -> LowerBound:
+    """`bound` with ceil(sequences / cap) added to the bound by number when capped."""
+    if cap is None:
+        return bound
+    by_cap = -(-int(counts.sum()) // cap)
+    return LowerBound(bound.by_volume, bound.by_size, max(bound.by_number, by_cap))
 
 
 def _bounds_of_sizes(lengths: np.ndarray, counts: np.ndarray, max_seq_len: int) -> LowerBound:
@@ -95,11 +125,6 @@ def residual_lower_bound(sizes: list[int], nums: list[int], max_seq_len: int) ->
     """
     if not sizes:
         return 0
-    size_array = np.array(sizes, dtype=np.int64)
-    num_array = np.array(nums, dtype=np.int64)
-    order = np.argsort(size_array, kind="stable")
-    size_array, num_array = size_array[order], num_array[order]
-    starts = np.flatnonzero(np.concatenate(([True], size_array[1:] != size_array[:-1])))
-    return _bounds_of_sizes(
-        size_array[starts], np.add.reduceat(num_array, starts), max_seq_len
+    return lower_bounds_of_lengths(
+        np.array(sizes, dtype=np.int64), np.array(nums, dtype=np.int64), max_seq_len
     ).value

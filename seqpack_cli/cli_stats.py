@@ -37,7 +37,8 @@ STATS_EPILOG = (
     "file-order figure from Python."
     "\n\n"
     '--json keys. Prepared directory: kind ("prepared"), path, verified, sample_size, seed, '
-    "max_seq_len, stats (PackingStats.to_dict()), lengths (num_sequences, num_tokens, "
+    "max_seq_len, stats (PackingStats.to_dict()), lower_bound_by (volume, size, number: the "
+    "bounds whose largest is stats.lower_bound_bins), lengths (num_sequences, num_tokens, "
     "num_distinct_lengths, min_length, max_length, mean_length, p50_length, p90_length, "
     "p99_length), no_packing and sequential (method, num_bins, num_sequences, num_tokens, "
     "capacity, efficiency, padding, padding_ratio, avg_seqs_per_bin, num_simulated, "
@@ -48,7 +49,8 @@ STATS_EPILOG = (
     'Sweep: kind ("sweep"), source ("parquet" or "prepared"), inputs, length_column, '
     "lengths, length_histogram, sample_size, seed, max_seqs_per_bin, rows (one per "
     "max_seq_len, ascending: max_seq_len, num_over_cap, num_tokens_over_cap, seqpack "
-    "(PackingStats.to_dict()), no_packing, sequential, bins_saved_vs_sequential)."
+    "(PackingStats.to_dict()), lower_bound_by, no_packing, sequential, "
+    "bins_saved_vs_sequential)."
 )
 
 # What a stats run produces: the --json document, the terminal report, the HTML page.
@@ -132,6 +134,7 @@ def _describe_prepared(
     from seqpack_cli.report import render_profile
     from seqpack_cli.sweep import profile_packing
 
+    manifest = prepared.manifest
     profile = profile_packing(
         prepared.counts,
         prepared.templates,
@@ -139,8 +142,8 @@ def _describe_prepared(
         top=top,
         sample_size=sample_size,
         seed=seed,
+        max_seqs_per_bin=manifest.get("config", {}).get("max_seqs_per_bin"),
     )
-    manifest = prepared.manifest
     title = f"seqpack stats: {prepared.path}"
     details = _prepared_details(manifest, verified)
     document = {

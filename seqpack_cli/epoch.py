@@ -42,7 +42,7 @@ import itertools
 import logging
 import math
 import operator
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -55,12 +55,11 @@ from seqpack_cli.seeding import (
     _optional_seed,
     seed_from_components,
 )
+from seqpack_cli.templates import Template, canonical_templates, positive_int
 
 __all__ = ["EpochPlan", "canonical_templates", "materialize_epoch"]
 
 logger = logging.getLogger(__name__)
-
-Template = tuple[int, ...]
 
 # Bins are computed in batches of about 256 ids per distinct length (numpy calls are made per
 # length present in a batch, and per cycle-walking round, and must each do enough work to
@@ -103,65 +102,6 @@ _ALIASES = {"family.keys": "ids.a", "family.sizes": "ids.c", "bins.buckets": "bi
 _ORDER_COMPONENT = 0
 
 
-def _positive_int(value: Any, what: str, fix: str) -> int:
-    if isinstance(value, (bool, np.bool_)):
-        raise InputError(f"{what} is the bool {value!r}; expected a positive integer; {fix}")
-    try:
-        number = operator.index(value)
-    except TypeError:
-        raise InputError(
-            f"{what} is {value!r} of type {type(value).__name__}; expected a positive integer; "
-            f"{fix}"
-        ) from None
-    if number <= 0:
-        raise InputError(f"{what} is {number}; expected a positive integer; {fix}")
-    return number
-
-
-def canonical_templates(templates: Any) -> list[tuple[Template, int]]:
-    """Validated `(template, multiplicity)` pairs in canonical order (templates descending).
-
-    `templates` is a Mapping (a `Counter[BinTemplate]`) or an iterable of
-    `(template, multiplicity)` pairs (the templates.json form, lists allowed). Each template's
-    lengths are sorted descending; pairs naming the same template are merged.
-    """
-    fix = "templates come from pack_length_histogram_batched or a prepared/ templates.json"
-    if isinstance(templates, Mapping):
-        pairs: Iterable[Any] = templates.items()
-    elif isinstance(templates, (str, bytes)) or not isinstance(templates, Iterable):
-        raise InputError(
-            f"templates is a {type(templates).__name__}; expected a Counter of length tuples "
-            f"or (template, multiplicity) pairs; {fix}"
-        )
-    else:
-        pairs = templates
-    merged: dict[Template, int] = {}
-    for number, pair in enumerate(pairs):
-        try:
-            raw_template, raw_multiplicity = pair
-        except (TypeError, ValueError):
-            raise InputError(
-                f"templates entry {number} is {pair!r}; expected a (template, multiplicity) pair; "
-                f"{fix}"
-            ) from None
-        if isinstance(raw_template, (str, bytes)) or not isinstance(raw_template, Iterable):
-            raise InputError(
-                f"template {number} is {raw_template!r}; expected a tuple of lengths; {fix}"
-            )
-        lengths = [
-            _positive_int(length, f"length {length!r} in template {number}", fix)
-            for length in raw_template
-        ]
-        if not lengths:
-            raise InputError(f"template {number} is empty; a bin holds at least one length; {fix}")
-        multiplicity = _positive_int(
-            raw_multiplicity, f"multiplicity of template {tuple(lengths)}", fix
-        )
-        template = tuple(sorted(lengths, reverse=True))
-        merged[template] = merged.get(template, 0) + multiplicity
-    return sorted(merged.items(), reverse=True)
-
-
 def _pool_arrays(pools: Any, needed: Mapping[int, int]) -> dict[int, np.ndarray]:
     """Each needed length's pool as a 1-d integer ndarray (memory-maps stay on disk)."""
     if not isinstance(pools, Mapping):
@@ -171,7 +111,7 @@ def _pool_arrays(pools: Any, needed: Mapping[int, int]) -> dict[int, np.ndarray]
         )
     arrays: dict[int, np.ndarray] = {}
     for key, value in pools.items():
-        length = _positive_int(
+        length = positive_int(
             key, "a pool key", "pool keys are sequence lengths (convert JSON keys with int())"
         )
         # asarray keeps a np.memmap's buffer (a view, no copy) and drops the subclass, whose

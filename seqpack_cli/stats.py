@@ -9,6 +9,10 @@ definition over all bins: with the fullness values of the B bins sorted, p_q is 
 virtual index h = (B - 1) * q, interpolated linearly between the two neighbouring bins. The
 template path evaluates the same formula on (distinct fullness, number of bins) pairs, without
 expanding the bins, so it costs O(distinct templates) whatever the multiplicities.
+
+`lower_bound_bins` is the engine's bound (`seqpack_cli.bounds`) on the packed lengths: by volume,
+Martello and Toth's L2, the sequences that cannot share a bin, and ceil(sequences / cap) when
+the packing was made with `max_seqs_per_bin`. Pass that cap, or the bound leaves it out.
 """
 
 from __future__ import annotations
@@ -22,8 +26,10 @@ from typing import Any
 
 import numpy as np
 
-from seqpack_cli.epoch import canonical_templates
-from seqpack_cli.errors import ConfigError, InputError
+from seqpack_cli.bounds import lower_bounds_of_lengths
+from seqpack_cli.errors import ConfigError, InputError, option
+from seqpack_cli.lengths import check_max_seqs_per_bin
+from seqpack_cli.templates import canonical_templates, packed_lengths
 
 __all__ = ["PackingStats"]
 
@@ -32,9 +38,13 @@ _QUANTILES = (0.5, 0.9, 0.99)
 
 def _max_seq_len(value: Any) -> int:
     if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, np.integer)):
-        raise ConfigError(f"max_seq_len is {value!r}; expected a positive integer (tokens per bin)")
+        raise ConfigError(
+            f"{option('max_seq_len')} is {value!r}; expected a positive integer (tokens per bin)"
+        )
     if value <= 0:
-        raise ConfigError(f"max_seq_len is {value}; expected a positive integer (tokens per bin)")
+        raise ConfigError(
+            f"{option('max_seq_len')} is {value}; expected a positive integer (tokens per bin)"
+        )
     return int(value)
 
 
@@ -82,8 +92,9 @@ class PackingStats:
     """Packing quality: bins, sequences, tokens, efficiency, padding, fullness percentiles.
 
     `efficiency` = num_tokens / capacity (capacity = num_bins * max_seq_len) and the fullness
-    percentiles are fractions in [0, 1]; `lower_bound_bins` = ceil(num_tokens / max_seq_len), the
-    fewest bins any packing could use. Empty input gives all zeros.
+    percentiles are fractions in [0, 1]; `lower_bound_bins` is the strongest bound the engine
+    knows on the bins any packing of these sequences needs (`seqpack_cli.bounds.LowerBound`), at
+    least ceil(num_tokens / max_seq_len). Empty input gives all zeros.
     """
 
     num_bins: int
@@ -103,10 +114,20 @@ class PackingStats:
 
     @classmethod
     def from_bins(
-        cls, bins: Iterable[Sequence[int]], lengths: Sequence[int], max_seq_len: int
+        cls,
+        bins: Iterable[Sequence[int]],
+        lengths: Sequence[int],
+        max_seq_len: int,
+        *,
+        max_seqs_per_bin: int | None = None,
     ) -> PackingStats:
-        """Stats of a per-sequence packing: `bins` are lists of ids indexing `lengths`."""
+        """Stats of a per-sequence packing: `bins` are lists of ids indexing `lengths`.
+
+        `max_seqs_per_bin`: the cap the packing was made with (None: none); it counts in the
+        lower bound, and a bin holding more sequences is refused.
+        """
         limit = _max_seq_len(max_seq_len)
+        cap = check_max_seqs_per_bin(max_seqs_per_bin)
         bins = [list(b) for b in bins]
         length_array = np.asarray(lengths)
         if length_array.ndim != 1 or (length_array.size and length_array.dtype.kind not in "iu"):
@@ -135,20 +156,39 @@ class PackingStats:
         cumulative = np.concatenate(([0], np.cumsum(token_lengths)))
         tokens = cumulative[ends] - cumulative[ends - sizes]
         return cls._from_distribution(
-            tokens, sizes, np.ones_like(sizes), limit, lambda i: f"bin {i}"
+            tokens,
+            sizes,
+            np.ones_like(sizes),
+            (token_lengths, np.ones_like(token_lengths)),
+            limit,
+            cap,
+            lambda i: f"bin {i}",
         )
 
     @classmethod
-    def from_templates(cls, templates: Any, max_seq_len: int) -> PackingStats:
+    def from_templates(
+        cls, templates: Any, max_seq_len: int, *, max_seqs_per_bin: int | None = None
+    ) -> PackingStats:
         """Stats of a histogram packing (a Counter of templates, or (template, count) pairs),
-        in O(distinct templates)."""
+        in O(distinct templates).
+
+        `max_seqs_per_bin`: the cap the packing was made with (None: none); it counts in the
+        lower bound, and a template holding more sequences is refused.
+        """
         limit = _max_seq_len(max_seq_len)
+        cap = check_max_seqs_per_bin(max_seqs_per_bin)
         pairs = canonical_templates(templates)
         tokens = np.array([sum(template) for template, _ in pairs], dtype=np.int64)
         sizes = np.array([len(template) for template, _ in pairs], dtype=np.int64)
         counts = np.array([count for _, count in pairs], dtype=np.int64)
         return cls._from_distribution(
-            tokens, sizes, counts, limit, lambda i: f"template {pairs[i][0]}"
+            tokens,
+            sizes,
+            counts,
+            packed_lengths(pairs),
+            limit,
+            cap,
+            lambda i: f"template {pairs[i][0]}",
         )
 
     @classmethod
@@ -157,15 +197,26 @@ class PackingStats:
         tokens: np.ndarray,
         sizes: np.ndarray,
         counts: np.ndarray,
+        packed: tuple[np.ndarray, np.ndarray],
         limit: int,
+        cap: int | None,
         describe: Callable[[int], str],
     ) -> PackingStats:
-        """Stats of `counts[i]` bins holding `sizes[i]` sequences and `tokens[i]` tokens each."""
+        """Stats of `counts[i]` bins holding `sizes[i]` sequences and `tokens[i]` tokens each;
+        `packed`: (lengths, counts) of the sequences they hold, in any order."""
         if tokens.size and tokens.max() > limit:
             worst = int(np.argmax(tokens))
+            name = option("max_seq_len")
             raise InputError(
-                f"{describe(worst)} holds {int(tokens[worst])} tokens, more than max_seq_len "
-                f"{limit}; pass the max_seq_len the packing was made for"
+                f"{describe(worst)} holds {int(tokens[worst])} tokens, more than {name} "
+                f"{limit}; pass the {name} the packing was made for"
+            )
+        if cap is not None and sizes.size and sizes.max() > cap:
+            worst = int(np.argmax(sizes))
+            name = option("max_seqs_per_bin")
+            raise InputError(
+                f"{describe(worst)} holds {int(sizes[worst])} sequences, more than {name} "
+                f"{cap}; pass the {name} the packing was made for"
             )
         num_bins = int(counts.sum())
         num_sequences = int((sizes * counts).sum())
@@ -182,7 +233,7 @@ class PackingStats:
             bin_fullness_p50=p50,
             bin_fullness_p90=p90,
             bin_fullness_p99=p99,
-            lower_bound_bins=-(-num_tokens // limit),
+            lower_bound_bins=lower_bounds_of_lengths(*packed, limit, cap).value,
         )
 
     def to_dict(self) -> dict[str, int | float]:

@@ -29,6 +29,7 @@ from typing import Any
 
 import numpy as np
 
+from seqpack_cli.bounds import LowerBound, lower_bounds_of_lengths
 from seqpack_cli.errors import ConfigError, InputError, option
 from seqpack_cli.histogram import BinTemplate, pack_length_histogram_batched
 from seqpack_cli.lengths import (
@@ -39,6 +40,7 @@ from seqpack_cli.lengths import (
 )
 from seqpack_cli.progress import ProgressCallback
 from seqpack_cli.stats import PackingStats, fill_figures
+from seqpack_cli.templates import packed_lengths
 
 __all__ = [
     "DEFAULT_SAMPLE_SIZE",
@@ -140,6 +142,7 @@ class SweepRow:
     num_over_cap: int  # sequences longer than max_seq_len: dropped, not packed
     num_tokens_over_cap: int
     packed: PackingStats
+    lower_bound: LowerBound  # packed.lower_bound_bins is its value; by kind for --json
     no_packing: BaselineStats
     sequential: BaselineStats
 
@@ -156,6 +159,7 @@ class SweepRow:
             "num_over_cap": self.num_over_cap,
             "num_tokens_over_cap": self.num_tokens_over_cap,
             "seqpack": self.packed.to_dict(),
+            "lower_bound_by": self.lower_bound.to_dict(),
             "no_packing": self.no_packing.to_dict(),
             "sequential": self.sequential.to_dict(),
             "bins_saved_vs_sequential": self.bins_saved_vs_sequential,
@@ -190,6 +194,7 @@ class PackingProfile:
 
     max_seq_len: int
     stats: PackingStats
+    lower_bound: LowerBound  # stats.lower_bound_bins is its value; by kind for --json
     lengths: LengthSummary
     no_packing: BaselineStats
     sequential: BaselineStats
@@ -203,6 +208,7 @@ class PackingProfile:
         return {
             "max_seq_len": self.max_seq_len,
             "stats": self.stats.to_dict(),
+            "lower_bound_by": self.lower_bound.to_dict(),
             "lengths": self.lengths.to_dict(),
             "no_packing": self.no_packing.to_dict(),
             "sequential": self.sequential.to_dict(),
@@ -422,9 +428,10 @@ def estimate_sequential_packing(
     sample_bins = next_fit_num_bins(sample, max_seq_len)
     estimated = sample.size < num_sequences
     if estimated:
-        # ratio estimator, never below what any packing needs (the token lower bound)
+        # ratio estimator, never below what any packing needs (the lower bound; next-fit has
+        # no cap on sequences per row)
         num_bins = round(sample_bins * num_sequences / sample.size)
-        num_bins = max(num_bins, math.ceil(num_tokens / max_seq_len))
+        num_bins = max(num_bins, lower_bounds_of_lengths(lengths, counts, max_seq_len).value)
     else:
         num_bins = sample_bins
     logger.debug(
@@ -487,12 +494,18 @@ def sweep_max_seq_len(
         templates = pack_length_histogram_batched(
             kept, max_seq_len, max_seqs_per_bin=max_seqs_per_bin
         )
+        packed = PackingStats.from_templates(
+            templates, max_seq_len, max_seqs_per_bin=max_seqs_per_bin
+        )
         rows.append(
             SweepRow(
                 max_seq_len=max_seq_len,
                 num_over_cap=int(counts[over].sum()),
                 num_tokens_over_cap=int((lengths[over] * counts[over]).sum()),
-                packed=PackingStats.from_templates(templates, max_seq_len),
+                packed=packed,
+                lower_bound=lower_bounds_of_lengths(
+                    lengths[~over].astype(np.int64), counts[~over], max_seq_len, max_seqs_per_bin
+                ),
                 no_packing=no_packing_stats(kept, max_seq_len) if kept else _empty(max_seq_len),
                 sequential=estimate_sequential_packing(
                     kept, max_seq_len, sample_size=sample_size, seed=seed
@@ -570,17 +583,24 @@ def profile_packing(
     top: int = 10,
     sample_size: int = DEFAULT_SAMPLE_SIZE,
     seed: int = 0,
+    max_seqs_per_bin: int | None = None,
 ) -> PackingProfile:
-    """Describe an existing packing (e.g. a prepared directory): figures, baselines, chart data."""
+    """Describe an existing packing (e.g. a prepared directory): figures, baselines, chart data.
+
+    `max_seqs_per_bin`: the cap the packing was made with (a prepared directory's
+    `config.max_seqs_per_bin`); it counts in the lower bound.
+    """
     max_seq_len = check_max_seq_len(max_seq_len)
     if top < 0:
         raise ConfigError(f"{option('top')} {top} must be >= 0 (the number of templates listed)")
     pairs, sums, sizes, multiplicities = _template_arrays(templates)
     # most common first; ties broken by the template itself so the listing is deterministic
     ranked = sorted(pairs, key=lambda pair: (-pair[1], tuple(-x for x in pair[0])))
+    stats = PackingStats.from_templates(dict(pairs), max_seq_len, max_seqs_per_bin=max_seqs_per_bin)
     return PackingProfile(
         max_seq_len=max_seq_len,
-        stats=PackingStats.from_templates(dict(pairs), max_seq_len),
+        stats=stats,
+        lower_bound=lower_bounds_of_lengths(*packed_lengths(pairs), max_seq_len, max_seqs_per_bin),
         lengths=summarize_lengths(length_counts),
         no_packing=no_packing_stats(length_counts, max_seq_len),
         sequential=estimate_sequential_packing(

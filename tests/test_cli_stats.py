@@ -11,6 +11,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
+from conftest import write_parquet
 from typer.testing import CliRunner
 
 from seqpack_cli.cli import app
@@ -31,6 +32,7 @@ PROFILE_KEYS = {
     "seed",
     "max_seq_len",
     "stats",
+    "lower_bound_by",
     "lengths",
     "no_packing",
     "sequential",
@@ -58,6 +60,7 @@ ROW_KEYS = {
     "num_over_cap",
     "num_tokens_over_cap",
     "seqpack",
+    "lower_bound_by",
     "no_packing",
     "sequential",
     "bins_saved_vs_sequential",
@@ -164,6 +167,7 @@ def test_stats_help_documents_the_options_baselines_and_json_keys() -> None:
         "an estimate",
         "bins_saved_vs_sequential",
         "top_templates",
+        "lower_bound_by",
     ):
         assert phrase in " ".join(text.split()), phrase
     assert str(DEFAULT_SAMPLE_SIZE) in text  # the CLI default is the library's
@@ -192,6 +196,8 @@ def test_prepared_json_agrees_with_packing_stats(prepared_dir: Path) -> None:
     prepared = load_prepared(prepared_dir)
     direct = PackingStats.from_templates(prepared.templates, MAX_SEQ_LEN)
     assert document["stats"] == direct.to_dict()
+    assert max(document["lower_bound_by"].values()) == direct.lower_bound_bins
+    assert set(document["lower_bound_by"]) == {"volume", "size", "number"}
     assert document["kind"] == "prepared" and document["verified"] is False
     assert document["seed"] == 5 and document["max_seq_len"] == MAX_SEQ_LEN
     assert set(document["no_packing"]) == set(document["sequential"]) == BASELINE_KEYS
@@ -272,6 +278,7 @@ def test_sweep_json_agrees_with_numpy(data_dir: Path, lengths: np.ndarray) -> No
             pack_length_histogram_batched(_histogram(kept), cap), cap
         )
         assert row["seqpack"] == direct.to_dict()
+        assert max(row["lower_bound_by"].values()) == direct.lower_bound_bins
         # no packing: one row per kept sequence, padded to the cap
         assert row["no_packing"]["num_bins"] == kept.size
         assert row["no_packing"]["efficiency"] == pytest.approx(kept.sum() / (kept.size * cap))
@@ -342,6 +349,38 @@ def test_sweep_over_a_prepared_dir_uses_its_counts(prepared_dir: Path) -> None:
     counts = Counter(load_prepared(prepared_dir).counts)
     assert document["lengths"]["num_sequences"] == sum(counts.values())
     assert document["rows"][1]["num_over_cap"] == 0  # prepare dropped those already
+
+
+def test_bound_counts_sequences_that_cannot_share_a_bin(tmp_path: Path) -> None:
+    # {600: 10, 10: 1} at 1000: 7 bins by volume, but no two 600s share a bin, so the engine's
+    # 10 bins are optimal; `seqpack stats` used to report "lower bound 7".
+    write_parquet(tmp_path / "data" / "a.parquet", {"num_tokens": [600] * 10 + [10]})
+    result = _invoke_sweep(tmp_path / "data", "--max-seq-len", "1000", "--json")
+    assert result.exit_code == 0, result.output
+    row = json.loads(result.stdout)["rows"][0]
+    assert (row["seqpack"]["num_bins"], row["seqpack"]["lower_bound_bins"]) == (10, 10)
+    assert row["lower_bound_by"] == {"volume": 7, "size": 10, "number": 10}
+
+
+def test_stats_of_a_capped_prepared_dir_use_its_cap(tmp_path: Path) -> None:
+    # 40 sequences of 10 tokens, at most 4 a bin: 400 tokens fit one bin of 512, but the cap
+    # needs ceil(40 / 4) = 10 bins. `seqpack stats` reads the cap from the manifest's config.
+    write_parquet(tmp_path / "data" / "a.parquet", {"num_tokens": [10] * 40})
+    output = tmp_path / "prepared"
+    prepare_dataset(
+        PrepareConfig(
+            inputs=[str(tmp_path / "data")],
+            length_column="num_tokens",
+            max_seq_len=MAX_SEQ_LEN,
+            output=output,
+            max_seqs_per_bin=4,
+        )
+    )
+    document = json.loads(_invoke("stats", str(output), "--json").stdout)
+    assert (document["stats"]["num_bins"], document["stats"]["lower_bound_bins"]) == (10, 10)
+    assert document["lower_bound_by"] == {"volume": 1, "size": 1, "number": 10}
+    out = _invoke("stats", str(output)).stdout
+    assert "10 (lower bound 10, +0.00%)" in out
 
 
 # ---- errors ---------------------------------------------------------------------------------

@@ -5,6 +5,7 @@ from __future__ import annotations
 import time
 from collections import Counter
 
+import numpy as np
 import pytest
 from conftest import reference_packers as reference
 from hypothesis import given, settings
@@ -12,7 +13,13 @@ from hypothesis import strategies as st
 
 from seqpack_cli.bin_counts import count_bfd_bins, count_ffd_bins, count_mffd_bins
 from seqpack_cli.bin_groups import count_bins, group_templates
-from seqpack_cli.bounds import LowerBound, lower_bound, lower_bounds, residual_lower_bound
+from seqpack_cli.bounds import (
+    LowerBound,
+    lower_bound,
+    lower_bounds,
+    lower_bounds_of_lengths,
+    residual_lower_bound,
+)
 from seqpack_cli.errors import ConfigError, InputError
 from seqpack_cli.grouped import bfd_groups, ffd_groups
 from seqpack_cli.histogram import (
@@ -122,6 +129,7 @@ def test_lower_bounds_by_kind() -> None:
     assert lower_bounds([(6, 3), (1, 1)], 10, None) == LowerBound(2, 3, 3)
     assert lower_bounds([(1, 10)], 10, 3) == LowerBound(1, 1, 4)  # ceil(10 / 3) when capped
     assert lower_bound([(1, 10)], 10, 3) == 4
+    assert LowerBound(1, 1, 4).to_dict() == {"volume": 1, "size": 1, "number": 4}
 
 
 def test_pattern_heuristic_takes_complements_first() -> None:
@@ -285,6 +293,24 @@ def test_residual_lower_bound_never_exceeds_a_packing(case, rng) -> None:
     assert residual_lower_bound(list(histogram), list(histogram.values()), max_seq_len) == (
         lower_bound(items, max_seq_len, None)
     )
+
+
+@settings(max_examples=100, deadline=None)
+@given(histograms(), caps, st.randoms(use_true_random=False))
+def test_bounds_of_lengths_in_any_order_equal_the_histograms(case, cap, rng) -> None:
+    # The bounds of (length, count) pairs in any order, a length split over several pairs and
+    # zero counts mixed in, are those of the histogram: what PackingStats reports.
+    max_seq_len, lengths = case
+    histogram = Counter(lengths)
+    pairs = [(length, 1) for length in lengths] + [(rng.randint(1, max_seq_len), 0)]
+    rng.shuffle(pairs)
+    got = lower_bounds_of_lengths(
+        np.array([length for length, _ in pairs]),
+        np.array([count for _, count in pairs]),
+        max_seq_len,
+        cap,
+    )
+    assert got == lower_bounds(sorted(histogram.items(), reverse=True), max_seq_len, cap)
 
 
 @settings(max_examples=100, deadline=None)

@@ -95,6 +95,20 @@ def test_sweep_terminal_report(sweep: SweepResult) -> None:
     assert "next-fit" in out  # the baseline is explained under the table
 
 
+def test_reports_give_the_engines_lower_bound() -> None:
+    # {600: 10, 10: 1} at max_seq_len 1000: no two 600s share a bin, so 10 bins are optimal,
+    # though the 6,010 tokens would fit 7 by volume. Both reports used to say "lower bound 7".
+    profile = profile_packing(
+        {600: 10, 10: 1}, Counter({(600,): 9, (600, 10): 1}), 1000, sample_size=100
+    )
+    out = _render(
+        lambda console: render_profile(console, profile, title="prepared/", sample_size=100)
+    )
+    assert "10 (lower bound 10, +0.00%)" in out and "lower bound 7" not in out
+    document = render_profile_html(profile, title="prepared/", details=[], sample_size=100)
+    assert "10 (lower bound 10)" in document and "lower bound 7" not in document
+
+
 class _Checker(HTMLParser):
     """Collects tags and checks that every non-void element is closed in order."""
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import math
 import time
 from collections import Counter
 
@@ -13,8 +14,10 @@ from conftest import REFERENCE_LENGTHS, REFERENCE_POOLS, REFERENCE_TEMPLATES
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from seqpack_cli.bounds import lower_bound
 from seqpack_cli.epoch import EpochPlan
 from seqpack_cli.errors import ConfigError, InputError
+from seqpack_cli.histogram import pack_length_histogram_batched
 from seqpack_cli.stats import PackingStats
 
 SETTINGS = settings(max_examples=40, deadline=None)
@@ -184,3 +187,84 @@ def test_bad_packings_are_named() -> None:
         PackingStats.from_bins([[0]], [1.5], 10)
     with pytest.raises(InputError, match="length 0"):
         PackingStats.from_templates({(3, 0): 1}, 10)
+
+
+# ---- the lower bound: the engine's, not ceil(tokens / max_seq_len) -------------------------------
+
+
+def test_lower_bound_counts_sequences_that_cannot_share_a_bin() -> None:
+    # Ten sequences of 600 and one of 10 at max_seq_len 1000: 6,010 tokens would fit in
+    # ceil(6010 / 1000) = 7 bins by volume, but no two 600s share a bin (600 > 1000/2), so every
+    # packing needs 10 bins; the engine's 10 (one bin holds 600 + 10) is optimal. The stats used to
+    # say "lower bound 7", so 10 bins looked 43% above the optimum.
+    templates = pack_length_histogram_batched({600: 10, 10: 1}, 1000)
+    assert templates == Counter({(600,): 9, (600, 10): 1})
+    stats = PackingStats.from_templates(templates, 1000)
+    assert (stats.num_bins, stats.lower_bound_bins) == (10, 10)
+    assert stats.efficiency == pytest.approx(6010 / 10_000)  # tokens / capacity, as before
+    lengths = [600] * 10 + [10]
+    bins = [[i] for i in range(9)] + [[9, 10]]
+    assert PackingStats.from_bins(bins, lengths, 1000) == stats
+
+
+def test_lower_bound_with_a_cap_counts_sequences_per_bin() -> None:
+    # Ten sequences of 1 token at max_seq_len 10: 1 bin by volume; with max_seqs_per_bin=3 every
+    # packing needs ceil(10 / 3) = 4 bins, and the engine uses 4. Without the cap the stats
+    # cannot know it, and the bound is the uncapped one.
+    templates = pack_length_histogram_batched({1: 10}, 10, max_seqs_per_bin=3)
+    assert sum(templates.values()) == 4
+    capped = PackingStats.from_templates(templates, 10, max_seqs_per_bin=3)
+    assert (capped.num_bins, capped.lower_bound_bins) == (4, 4)
+    assert PackingStats.from_templates(templates, 10).lower_bound_bins == 1
+    bins = [[0, 1, 2], [3, 4, 5], [6, 7, 8], [9]]
+    assert PackingStats.from_bins(bins, [1] * 10, 10, max_seqs_per_bin=3) == capped
+
+
+def test_a_bin_over_the_cap_is_refused() -> None:
+    with pytest.raises(InputError) as error:
+        PackingStats.from_templates({(1, 1, 1, 1): 1}, 10, max_seqs_per_bin=3)
+    assert "template (1, 1, 1, 1) holds 4 sequences, more than max_seqs_per_bin 3" in str(
+        error.value
+    )
+    assert "pass the --max-seqs-per-bin the packing was made for" in error.value.cli_message()
+    with pytest.raises(InputError, match="bin 1 holds 3 sequences, more than max_seqs_per_bin 2"):
+        PackingStats.from_bins([[0], [1, 2, 3]], [1] * 4, 10, max_seqs_per_bin=2)
+    with pytest.raises(ConfigError, match="max_seqs_per_bin"):
+        PackingStats.from_templates({(1,): 1}, 10, max_seqs_per_bin=0)
+
+
+@st.composite
+def packed_histograms(draw: st.DrawFn) -> tuple[int, dict[int, int], int | None]:
+    max_seq_len = draw(st.sampled_from([8, 10, 17, 64, 100, 1000]))
+    palette = draw(st.lists(st.integers(1, max_seq_len), min_size=1, max_size=6, unique=True))
+    histogram = {length: draw(st.integers(1, 30)) for length in palette}
+    return max_seq_len, histogram, draw(st.one_of(st.none(), st.integers(1, 5)))
+
+
+@settings(max_examples=80, deadline=None)
+@given(packed_histograms())
+def test_reported_bound_is_the_engines(case) -> None:
+    max_seq_len, histogram, cap = case
+    templates = pack_length_histogram_batched(histogram, max_seq_len, max_seqs_per_bin=cap)
+    stats = PackingStats.from_templates(templates, max_seq_len, max_seqs_per_bin=cap)
+    items = sorted(histogram.items(), reverse=True)
+    assert stats.lower_bound_bins == lower_bound(items, max_seq_len, cap)
+    assert stats.lower_bound_bins >= math.ceil(stats.num_tokens / max_seq_len)
+    if cap is not None:
+        assert stats.lower_bound_bins >= math.ceil(stats.num_sequences / cap)
+    assert stats.lower_bound_bins <= stats.num_bins == sum(templates.values())
+    bins, lengths = bins_and_lengths(templates, seed=0)
+    assert PackingStats.from_bins(bins, lengths, max_seq_len, max_seqs_per_bin=cap) == stats
+
+
+def test_stats_sit_below_epochs() -> None:
+    # stats summarises a packing; epoch draws bins from one: stats must not depend on epoch.
+    from test_architecture import import_graph
+
+    graph = import_graph()
+    reached, todo = set(), ["seqpack_cli.stats"]
+    while todo:
+        for target in graph[todo.pop()] - reached:
+            reached.add(target)
+            todo.append(target)
+    assert "seqpack_cli.epoch" not in reached, sorted(reached)

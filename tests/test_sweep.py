@@ -10,6 +10,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from seqpack_cli.bounds import LowerBound
 from seqpack_cli.errors import ConfigError, InputError
 from seqpack_cli.histogram import pack_length_histogram_batched
 from seqpack_cli.stats import PackingStats
@@ -49,10 +50,12 @@ def test_sweep_golden_small_dataset() -> None:
 
     # max_seq_len 10: only 12 is over. Kept 7,5,5,5,3,3 = 28 tokens. Decreasing fit:
     # 7 opens A; 5 opens B; 5 joins B (5+5 = 10); 5 opens C; 3 fills A (7+3); 3 joins C (5+3).
-    # 3 bins = ceil(28 / 10), the lower bound; efficiency 28/30.
+    # 3 bins: the bound by volume, ceil(28 / 10), and by L2; by number, 2 (at most two of 7, 5,
+    # 5, 5 share a bin). So 3 is optimal; efficiency 28/30.
     row = by_cap[10]
     assert (row.num_over_cap, row.num_tokens_over_cap) == (1, 12)
     assert row.packed.num_bins == 3 == row.packed.lower_bound_bins
+    assert row.lower_bound == LowerBound(by_volume=3, by_size=3, by_number=2)
     assert row.packed.efficiency == pytest.approx(28 / 30)
     assert row.no_packing.efficiency == pytest.approx(28 / 60)
 
@@ -190,6 +193,10 @@ def test_profile_golden() -> None:
     counts = {5: 6, 7: 2, 4: 1, 3: 1, 2: 1}
     profile = profile_packing(counts, templates, 10, top=2, sample_size=100)
     assert profile.stats.to_dict() == PackingStats.from_templates(templates, 10).to_dict()
+    # 53 tokens: 6 bins by volume and by L2; by number, 5 (9 sequences over 10/3, at most two
+    # a bin). The 6 bins are optimal.
+    assert profile.lower_bound == LowerBound(by_volume=6, by_size=6, by_number=5)
+    assert profile.stats.lower_bound_bins == 6
     fullness = {bucket.label: bucket.count for bucket in profile.fullness_buckets}
     assert fullness["50–75%"] == 2  # the two 7s
     assert fullness["90–95%"] == 1  # 4+3+2 = 9: exactly 90% goes in 90–95%
@@ -237,3 +244,40 @@ def test_max_seqs_per_bin_is_respected() -> None:
     result = sweep_max_seq_len({1: 100}, [100], max_seqs_per_bin=4)
     assert result.rows[0].packed.num_bins == 25
     assert result.rows[0].packed.max_seqs_in_bin == 4
+    # 100 tokens fit one bin by volume, but 4 sequences a bin need ceil(100 / 4) = 25 bins:
+    # the bound is the capped one, so 25 bins read as optimal (it used to say 1).
+    assert result.rows[0].packed.lower_bound_bins == 25
+    assert result.rows[0].to_dict()["lower_bound_by"] == {"volume": 1, "size": 1, "number": 25}
+
+
+def test_sweep_bound_counts_sequences_that_cannot_share_a_bin() -> None:
+    # {600: 10, 10: 1} at 1000: 7 bins by volume, but no two 600s share a bin: 10, and the
+    # engine's 10 bins are optimal. At 1200 two 600s fill a bin: 5 + the 10 alone = 6 bins, and
+    # the bound (6,010 tokens: 6 by volume) agrees.
+    rows = sweep_max_seq_len({600: 10, 10: 1}, [1000, 1200], sample_size=100).rows
+    figures = [(row.packed.num_bins, row.packed.lower_bound_bins) for row in rows]
+    assert figures == [(10, 10), (6, 6)]
+    assert rows[0].lower_bound == LowerBound(by_volume=7, by_size=10, by_number=10)
+    assert rows[0].to_dict()["lower_bound_by"] == {"volume": 7, "size": 10, "number": 10}
+    assert rows[0].to_dict()["seqpack"]["lower_bound_bins"] == 10
+
+
+def test_sequential_estimate_never_below_the_lower_bound() -> None:
+    # 10 sequences of 600 (no two share a row of 1000) among 1,000 of 1 token: any packing needs
+    # 10 rows, though the 6,990 tokens fit 7. A 400-sequence sample holds ~4 of the 600s, often
+    # fewer, and scaling its rows up can land below 10: the estimate is floored at the bound
+    # the engine uses, not at the bound by volume.
+    for seed in range(20):
+        estimate = estimate_sequential_packing({600: 10, 1: 1000}, 1000, sample_size=400, seed=seed)
+        assert estimate.estimated and estimate.num_bins >= 10, seed
+
+
+def test_profile_bound_uses_the_cap_of_the_packing() -> None:
+    # 12 one-token sequences, 4 per bin at max_seq_len 10: 2 bins by volume, 3 by the cap.
+    templates = Counter({(1, 1, 1, 1): 3})
+    uncapped = profile_packing({1: 12}, templates, 10, sample_size=10)
+    capped = profile_packing({1: 12}, templates, 10, sample_size=10, max_seqs_per_bin=4)
+    assert (uncapped.stats.lower_bound_bins, capped.stats.lower_bound_bins) == (2, 3)
+    assert capped.to_dict()["lower_bound_by"] == {"volume": 2, "size": 2, "number": 3}
+    with pytest.raises(InputError, match="holds 4 sequences, more than max_seqs_per_bin 3"):
+        profile_packing({1: 12}, templates, 10, sample_size=10, max_seqs_per_bin=3)
