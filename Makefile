@@ -17,14 +17,14 @@ $(STAMP): pyproject.toml
 	touch $(STAMP)
 
 demo: $(STAMP)
-	$(BIN)/python -m seqpack_cli.demo
+	$(BIN)/python examples/demo.py
 
 test: $(STAMP)
 	$(BIN)/python -m pytest -q
 
 lint: $(STAMP)
-	$(BIN)/ruff check seqpack_cli tests benchmarks
-	$(BIN)/ruff format --check seqpack_cli tests benchmarks
+	$(BIN)/ruff check seqpack_cli tests benchmarks examples
+	$(BIN)/ruff format --check seqpack_cli tests benchmarks examples
 	$(BIN)/mypy seqpack_cli
 
 bench: $(STAMP)

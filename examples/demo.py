@@ -1,4 +1,4 @@
-"""`python -m seqpack_cli.demo` (`make demo`): seqpack on a realistic dataset, start to finish.
+"""`python examples/demo.py` (`make demo`): seqpack on a realistic dataset, start to finish.
 
 1. Writes a few million rows of fine-tuning data to `demo_out/data/` (several parquet files):
    an SFT-like mixture (prompt + response) and a code-like one (wide, long-tailed), shuffled,
@@ -123,7 +123,7 @@ def _show_epochs(prepared_dir: Path, num_bins: int = 3) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
-        prog="python -m seqpack_cli.demo", description=__doc__.splitlines()[0]
+        prog="python examples/demo.py", description=__doc__.splitlines()[0]
     )
     parser.add_argument("--rows", type=int, default=3_000_000, help="rows of demo data")
     parser.add_argument("--out", type=Path, default=Path("demo_out"), help="where everything goes")
@@ -138,7 +138,8 @@ def main(argv: list[str] | None = None) -> int:
             f"Writing {args.rows:,} rows of SFT-like and code-like data to {data}/ ...", flush=True
         )
         started = time.perf_counter()
-        for old in data.glob("*"):
+        # Only what an earlier demo wrote: the folder may hold other files of the user's.
+        for old in [*data.glob("part-*.parquet"), *data.glob(".complete-*")]:
             old.unlink()
         paths = write_demo_dataset(data, args.rows)
         marker.touch()
