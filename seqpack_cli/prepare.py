@@ -284,7 +284,9 @@ def prepare_dataset(config: PrepareConfig, *, progress: ProgressCallback | None 
             kept, num_over = _split_over_cap(histogram, config)
             writer.create_pool_files(kept)
             templates = _pack(kept, config)
-            stats = PackingStats.from_templates(templates, config.max_seq_len)
+            stats = PackingStats.from_templates(
+                templates, config.max_seq_len, max_seqs_per_bin=config.max_seqs_per_bin
+            )
             logger.info(
                 "packed into %d bins, %d templates, efficiency %.4f (%.2fs)",
                 stats.num_bins,

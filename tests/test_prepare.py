@@ -19,7 +19,11 @@ from typer.testing import CliRunner
 from seqpack_cli.cli import app
 from seqpack_cli.db import MIN_MEMORY_LIMIT
 from seqpack_cli.errors import ConfigError, InputError, PreparedFormatError
-from seqpack_cli.histogram import pack_length_histogram, pack_length_histogram_batched
+from seqpack_cli.histogram import (
+    lower_bound_bins,
+    pack_length_histogram,
+    pack_length_histogram_batched,
+)
 from seqpack_cli.lengths import MAX_SEQ_LEN_LIMIT
 from seqpack_cli.prepare import PrepareConfig, load_prepared, prepare_dataset
 from seqpack_cli.prepared import FORMAT_VERSION
@@ -82,7 +86,7 @@ def test_prepare_matches_the_numpy_oracle(
     assert summary["num_sequences"] == len(parquet_dataset.lengths)
     assert summary["num_tokens"] == int(parquet_dataset.lengths.sum())
     assert summary["num_bins"] == sum(templates.values()) == manifest["n_bins"]
-    assert summary["lower_bound_bins"] == -(-summary["num_tokens"] // 512)
+    assert summary["lower_bound_bins"] == lower_bound_bins(counts, 512)
     assert summary["num_dropped"] == 0
     assert 0.9 < summary["efficiency"] <= 1.0
     assert load_prepared(tmp_path / "out", verify=True).counts == counts
@@ -259,6 +263,20 @@ def test_per_item_packer_and_max_seqs_per_bin(
     assert max(len(t) for t in prepared.templates) <= 3
     assert prepared.manifest["config"]["packer"] == "per-item"
     assert prepared.manifest["config"]["max_seqs_per_bin"] == 3
+    # the recorded bound is the capped one: at least ceil(sequences / 3)
+    bound = lower_bound_bins(prepared.counts, 512, max_seqs_per_bin=3)
+    assert prepared.summary["lower_bound_bins"] == bound >= -(-sum(prepared.counts.values()) // 3)
+
+
+def test_summary_bound_counts_sequences_that_cannot_share_a_bin(tmp_path: Path) -> None:
+    # {600: 10, 10: 1} at 1000: 7 bins by volume, but no two 600s share a bin: the bound is 10,
+    # and the 10 bins are optimal (the summary used to say "lower bound 7").
+    write_parquet(tmp_path / "in" / "a.parquet", {"n": [600] * 10 + [10]})
+    config = PrepareConfig(
+        inputs=[tmp_path / "in"], length_column="n", max_seq_len=1000, output=tmp_path / "out"
+    )
+    summary = prepare_dataset(config).summary
+    assert (summary["num_bins"], summary["lower_bound_bins"]) == (10, 10)
 
 
 @pytest.mark.parametrize(
