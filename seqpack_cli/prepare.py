@@ -244,13 +244,13 @@ def prepare_dataset(config: PrepareConfig, *, progress: ProgressCallback | None 
     Output bytes depend only on the inputs' contents and the packing options, not on `threads`
     or on the order the inputs were named in.
     """
+    from seqpack_cli.pools import scan_pools
     from seqpack_cli.scan import (
         close_connection,
         connect,
         inspect_inputs,
         length_histogram,
         resolve_inputs,
-        scan_pools,
     )
     from seqpack_cli.stats import PackingStats
 

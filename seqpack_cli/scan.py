@@ -2,7 +2,7 @@
 
 The first pass (DESIGN.md decision 6): `length_histogram` is one cheap GROUP BY over the length
 column, and bad lengths (NULL, <= 0) are refused here, before any heavy work. The second pass,
-over (length, id), lives in `seqpack_cli.pools` (`scan_pools`, re-exported here).
+over (length, id), lives in `seqpack_cli.pools` (`scan_pools`), which builds on this module.
 
 Inputs are resolved by `seqpack_cli.inputs` (`resolve_inputs`: files, globs, directories; nothing
 left out or counted twice without a word) and their footers checked here (`inspect_inputs`: row
@@ -17,7 +17,6 @@ import os
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
 
 import duckdb
 import pyarrow as pa
@@ -40,13 +39,9 @@ from seqpack_cli.errors import InputError, option
 from seqpack_cli.inputs import PARQUET_SUFFIXES, not_regular, resolve_inputs
 from seqpack_cli.progress import ProgressCallback
 
-if TYPE_CHECKING:
-    from seqpack_cli.pools import PoolScan, scan_pools
-
 __all__ = [
     "PARQUET_SUFFIXES",
     "InputFile",
-    "PoolScan",
     "check_memory_limit",
     "check_temp_dir",
     "close_connection",
@@ -62,7 +57,6 @@ __all__ = [
     "read_params",
     "resolve_inputs",
     "scan_length_histogram",
-    "scan_pools",
 ]
 
 
@@ -271,12 +265,3 @@ def scan_length_histogram(
         return length_histogram(con, files, length_column, progress=progress)
     finally:
         close_connection(con)
-
-
-def __getattr__(name: str) -> Any:
-    # The pools pass lives in seqpack_cli.pools, which imports this module: re-export lazily.
-    if name in ("PoolScan", "scan_pools"):
-        from seqpack_cli import pools
-
-        return getattr(pools, name)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
