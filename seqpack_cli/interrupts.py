@@ -17,7 +17,14 @@ from collections.abc import Iterator
 from types import FrameType
 from typing import Any
 
-__all__ = ["Interrupts", "Terminated", "signal_exception", "signal_name", "signals_blocked"]
+__all__ = [
+    "Interrupts",
+    "Terminated",
+    "signal_exception",
+    "signal_name",
+    "signals_blocked",
+    "signals_held",
+]
 
 
 class Terminated(SystemExit):
@@ -96,6 +103,30 @@ class Interrupts:
 
     def __exit__(self, *exc_info: object) -> None:
         self.restore()
+
+
+@contextlib.contextmanager
+def signals_held() -> Iterator[None]:
+    """Only record SIGINT and SIGTERM while the block runs (where an `Interrupts` is installed
+    and not deferring already), then raise the one that came.
+
+    For a step that an exception must not enter: importing DuckDB runs Python code inside its
+    extension's initialisation, which aborts the process (SIGABRT, a "Critical nanobind error"
+    traceback) or swallows the exception (the run then goes on) when a signal raises there.
+    """
+    interrupts = Interrupts.installed()
+    if interrupts is None or interrupts.deferring:
+        yield
+        return
+    interrupts.defer()
+    try:
+        yield
+    finally:
+        interrupts.deferring = False
+        late, interrupts.late = interrupts.late, None
+        if late is not None:
+            interrupts.raised = late
+            raise signal_exception(late)
 
 
 @contextlib.contextmanager

@@ -23,6 +23,7 @@ from typing import Any
 
 from seqpack_cli import __version__
 from seqpack_cli.errors import ConfigError, InputError, option
+from seqpack_cli.interrupts import signals_held
 from seqpack_cli.lengths import MAX_SEQ_LEN_LIMIT, check_max_seq_len, check_max_seqs_per_bin
 from seqpack_cli.prepared import (
     COUNTS_NAME,
@@ -74,7 +75,8 @@ class PrepareConfig:
     overwrite: bool = False
 
     def __post_init__(self) -> None:
-        from seqpack_cli.scan import check_memory_limit, check_temp_dir
+        with signals_held():  # the first import of DuckDB, which a signal must not cut short
+            from seqpack_cli.scan import check_memory_limit, check_temp_dir
 
         inputs = self.inputs
         if isinstance(inputs, (str, os.PathLike)):

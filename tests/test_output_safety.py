@@ -21,14 +21,16 @@ import threading
 import time
 from pathlib import Path
 
+import numpy as np
 import pytest
 from conftest import write_parquet
 from typer.testing import CliRunner
 
+from seqpack_cli import pool_files
 from seqpack_cli.cli import app
 from seqpack_cli.errors import ConfigError, InputError
 from seqpack_cli.prepare import PrepareConfig, prepare_dataset
-from seqpack_cli.prepared import load_prepared, write_prepared
+from seqpack_cli.prepared import PreparedWriter, load_prepared, write_prepared
 from seqpack_cli.prepared import siblings as siblings_module
 
 COUNTS = {3: 2, 5: 1}
@@ -655,3 +657,140 @@ def test_random_signals_always_leave_a_complete_output(tmp_path: Path) -> None:
         assert (data / "a.parquet").exists()
     subprocess.run(command, check=True, capture_output=True)
     assert _tree(out) == new and _hidden(tmp_path) == []
+
+
+def _in_function(thread_id: int, name: str) -> bool:
+    frame = sys._current_frames().get(thread_id)
+    while frame is not None:
+        if frame.f_code.co_name == name:
+            return True
+        frame = frame.f_back
+    return False
+
+
+def test_sigterm_while_waiting_for_the_pool_files_removes_every_one(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # SIGTERM while the first append waits for the thread creating the pool files. On Python
+    # 3.11 a Thread.join cut short by the handler's exception marks the thread as ended while it
+    # runs on: the cleanup then deleted the directory while that thread still created files, and
+    # a file created while pools/ was being emptied was left, with the temporary directory.
+    creating, release = threading.Event(), threading.Event()
+    real_header, real_rmdir = pool_files.npy_header, os.rmdir
+    calls, early = [], []
+
+    def header(count: int) -> bytes:
+        if threading.current_thread().name == "seqpack-create":
+            calls.append(count)
+            if len(calls) == 2:  # the first file exists; the second is about to be created
+                creating.set()
+                release.wait(10)
+        return real_header(count)
+
+    def rmdir(path, *args, **kwargs):
+        if os.fspath(path).endswith("pools") and not release.is_set():
+            early.append(path)  # deleting while the creator still runs: let it create its file
+            release.set()
+            time.sleep(0.2)
+        return real_rmdir(path, *args, **kwargs)
+
+    monkeypatch.setattr(pool_files, "npy_header", header)
+    monkeypatch.setattr(os, "rmdir", rmdir)
+    main = threading.get_ident()
+
+    def interrupt() -> None:
+        assert creating.wait(10)
+        deadline = time.monotonic() + 10
+        while not _in_function(main, "_ready_pools") and time.monotonic() < deadline:
+            time.sleep(0.001)
+        time.sleep(0.05)  # now blocked waiting for the creator
+        signal.pthread_kill(main, signal.SIGTERM)
+        time.sleep(0.3)  # a cleanup that waits for the creator waits this long
+        release.set()
+
+    helper = threading.Thread(target=interrupt)
+    helper.start()
+    writer = PreparedWriter(tmp_path / "out")
+    with pytest.raises(SystemExit) as stopped, writer:
+        writer.create_pool_files({3: 1, 4: 1, 5: 1})
+        writer.append_pool(3, np.array([0]))
+    helper.join()
+    assert stopped.value.code == 143 and len(calls) >= 2
+    assert early == [], "the cleanup did not wait for the thread creating the pool files"
+    deadline = time.monotonic() + 10  # the creating thread is gone before the test looks
+    while any(t.name == "seqpack-create" for t in threading.enumerate()):
+        assert time.monotonic() < deadline
+        time.sleep(0.01)
+    assert _hidden(tmp_path) == [] and not writer.tmp_path.exists()
+
+
+@pytest.mark.parametrize("failures", [1, 2], ids=["once", "always"])
+def test_what_the_cleanup_cannot_remove_is_retried_then_named(
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
+    failures: int,
+) -> None:
+    real_rmdir, refused = os.rmdir, []
+
+    def rmdir(path, *args, **kwargs):
+        if os.fspath(path).endswith("pools") and len(refused) < failures:
+            refused.append(path)
+            raise OSError(errno.EBUSY, os.strerror(errno.EBUSY))
+        return real_rmdir(path, *args, **kwargs)
+
+    monkeypatch.setattr(os, "rmdir", rmdir)
+    writer = PreparedWriter(tmp_path / "out")
+    with caplog.at_level(logging.WARNING), pytest.raises(RuntimeError, match="stop"), writer:
+        raise RuntimeError("stop")
+    warnings = [record.getMessage() for record in caplog.records]
+    assert len(refused) == failures
+    if failures == 1:
+        assert warnings == [] and _hidden(tmp_path) == []
+    else:
+        assert len(warnings) == 1 and str(writer.tmp_path) in warnings[0]
+        assert "the next run writing" in warnings[0]
+        monkeypatch.undo()
+        _write(tmp_path / "out")  # which removes it
+        assert _hidden(tmp_path) == []
+
+
+# `seqpack prepare` with SIGTERM raised inside the initialisation of DuckDB's extension module
+# (the first Enum it creates), where a handler's exception aborted the process (SIGABRT, "Critical
+# nanobind error") or was swallowed ("Exception ignored in", and the run went on).
+_SIGNAL_WHILE_DUCKDB_LOADS = """
+import enum, signal, sys
+state = {"loading": False, "signalled": False}
+
+def audit(event, args):
+    if event == "import" and args[0] == "_duckdb":
+        state["loading"] = True
+
+sys.addaudithook(audit)
+real_call = enum.EnumType.__call__
+
+def call(cls, *args, **kwargs):
+    if state["loading"] and not state["signalled"]:
+        state["signalled"] = True
+        print("signalled", flush=True)
+        signal.raise_signal(signal.SIGTERM)
+    return real_call(cls, *args, **kwargs)
+
+enum.EnumType.__call__ = call
+from seqpack_cli.cli import app
+app(["prepare", *sys.argv[1:]], prog_name="seqpack")
+"""
+
+
+def test_sigterm_while_duckdb_loads_ends_the_run_with_its_line(tmp_path: Path) -> None:
+    args = _prepare_args(_dataset(tmp_path / "in"), tmp_path / "out", "--quiet")
+    process = subprocess.run(
+        [sys.executable, "-c", _SIGNAL_WHILE_DUCKDB_LOADS, *args],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert process.stdout == "signalled\n"
+    assert process.returncode == 143, process.stderr
+    assert process.stderr.strip() == "terminated (SIGTERM); nothing written"
+    assert not (tmp_path / "out").exists() and _hidden(tmp_path) == []

@@ -76,6 +76,7 @@ class PreparedWriter:
         self._lock = threading.Lock()
         self._pools: PoolFiles | None = None
         self._creator: threading.Thread | None = None
+        self._created = threading.Event()  # set once the creator thread touches no file again
         self._create_error: BaseException | None = None
         self._stop = threading.Event()
         self._interrupts: Interrupts | None = None
@@ -182,7 +183,7 @@ class PreparedWriter:
             if self._pools is not None:
                 self._pools.abort()
             if not self._committed:
-                shutil.rmtree(self.tmp_path, ignore_errors=True)
+                self._remove_tmp()
                 for directory in reversed(self._created_parents):
                     try:
                         directory.rmdir()  # only if still empty
@@ -199,6 +200,30 @@ class PreparedWriter:
             self._interrupts = None
             if interrupts is not None:
                 self._release(interrupts, deferring)
+
+    def _remove_tmp(self) -> None:
+        # No thread of this writer writes here any more (`_stop_creating`; appends run in the
+        # caller's threads): what rmtree still fails to remove gets one more try, then a warning
+        # that names it (the next run writing this output removes it once this process is gone).
+        left: list[str] = []
+        for _ in range(2):
+            shutil.rmtree(self.tmp_path, ignore_errors=True)
+            if not os.path.lexists(self.tmp_path):
+                return
+            left = sorted(
+                os.path.join(root, name)
+                for root, directories, files in os.walk(self.tmp_path)
+                for name in directories + files
+            )
+            logger.debug("removing %s left %d entries: %s", self.tmp_path, len(left), left[:5])
+        logger.warning(
+            "cannot remove the temporary directory %s (%d entries left, e.g. %s); the next run "
+            "writing %s removes it",
+            self.tmp_path,
+            len(left),
+            left[0] if left else self.tmp_path,
+            self.output,
+        )
 
     def _release(self, interrupts: Interrupts, deferring: bool) -> None:
         """Give the signal handling back; a signal recorded while nothing was committed yet now
@@ -258,20 +283,28 @@ class PreparedWriter:
                 pools.create(self._stop)
             except BaseException as error:  # handed to the first append
                 self._create_error = error
+            finally:
+                self._created.set()
 
         self._creator = threading.Thread(target=create, name="seqpack-create", daemon=True)
         self._creator.start()
 
+    # The creator thread is waited for through `_created`, never Thread.join: on CPython 3.11 a
+    # join that a signal handler's exception cuts short (SIGTERM or Ctrl-C while the first
+    # append waits) marks the thread as ended while it runs on, and every later join returns at
+    # once: the cleanup then deleted the directory while the thread still created pool files in
+    # it, and one created meanwhile was left behind. An Event keeps no such state.
+
     def _stop_creating(self) -> None:
-        self._stop.set()
-        if self._creator is not None:
-            self._creator.join()
-            self._creator = None
+        self._stop.set()  # a creator that starts only now creates nothing
+        creator, self._creator = self._creator, None
+        while creator is not None and not self._created.wait(0.05):
+            if not creator.is_alive():  # a signal came inside start(): it never ran
+                break
 
     def _ready_pools(self) -> PoolFiles:
-        creator = self._creator
-        if creator is not None:
-            creator.join()  # once done, joining again (from any thread) returns at once
+        if self._creator is not None:
+            self._created.wait()  # once set, waiting again (from any thread) returns at once
         if self._create_error is not None:
             raise self._write_error(self._create_error)
         if self._pools is None:
