@@ -261,9 +261,9 @@ def stats(
     from rich.console import Console
 
     from seqpack_cli.html_report import write_html_report
+    from seqpack_cli.interrupts import signals_held
     from seqpack_cli.prepared import load_prepared
     from seqpack_cli.progress import rich_progress
-    from seqpack_cli.interrupts import signals_held
 
     with signals_held():  # a signal must not land inside DuckDB's initialisation (it aborts)
         from seqpack_cli.scan import resolve_inputs, scan_length_histogram
