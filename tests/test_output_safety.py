@@ -423,7 +423,7 @@ def test_prepare_returns_what_it_wrote_without_reading_it_again(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     # Re-reading the output raced with the next run replacing it ("pools/13.npy is missing").
-    from seqpack_cli import prepare as prepare_module
+    from seqpack_cli.prepare import job as prepare_module
 
     def no_reading(*args, **kwargs):
         raise AssertionError("the output was read again")

@@ -4,8 +4,6 @@ Read the footers (row counts, schema checks), take the length histogram (bad len
 before any heavy work), pack it into templates, stream (length, id) once into the pools, and
 write everything atomically. Then `load_prepared` opens it at training time.
 
-`python -m seqpack_cli.prepare --input X --length-column ... --max-seq-len N --output DIR` is the
-reference's spelling of `seqpack prepare X --length-column ... --max-seq-len N --output DIR`.
 """
 
 from __future__ import annotations
@@ -13,7 +11,6 @@ from __future__ import annotations
 import itertools
 import logging
 import os
-import sys
 import time
 from collections import Counter
 from collections.abc import Mapping, Sequence
@@ -41,7 +38,7 @@ from seqpack_cli.prepared import (
 )
 from seqpack_cli.progress import ProgressCallback
 
-__all__ = ["PACKERS", "PrepareConfig", "load_prepared", "main", "prepare_dataset"]
+__all__ = ["PACKERS", "PrepareConfig", "load_prepared", "prepare_dataset"]
 
 logger = logging.getLogger(__name__)
 
@@ -324,26 +321,3 @@ def prepare_dataset(config: PrepareConfig, *, progress: ProgressCallback | None 
         prepared = Prepared(output, writer.manifest, counts, written, PoolMap(output, counts))
     logger.info("wrote %s in %.2fs", output, time.perf_counter() - started)
     return prepared
-
-
-def main(argv: Sequence[str] | None = None) -> None:
-    """`python -m seqpack_cli.prepare`: the reference's `--input FILE` form of `seqpack prepare`."""
-    import argparse
-
-    from seqpack_cli.cli import app
-
-    parser = argparse.ArgumentParser(add_help=False, allow_abbrev=False)
-    parser.add_argument("--input", action="append", nargs="+", default=[])
-    known, rest = parser.parse_known_args(list(sys.argv[1:] if argv is None else argv))
-    inputs = [path for group in known.input for path in group]
-    if "--help" in rest:
-        print(
-            "Usage: python -m seqpack_cli.prepare --input FILE [--input FILE...] "
-            "--length-column NAME --max-seq-len N --output DIR [OPTIONS]\n"
-            "The reference's spelling of `seqpack prepare`; every option below applies.\n"
-        )
-    app(["prepare", *inputs, *rest], prog_name="seqpack")
-
-
-if __name__ == "__main__":
-    main()
