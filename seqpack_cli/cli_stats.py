@@ -1,14 +1,13 @@
-"""`seqpack stats`: describe a prepared directory, or compare max_seq_len values on parquet.
+"""`seqpack stats`: parse the options, call `seqpack_cli.describe.describe`, render the report.
 
-The figures come from `seqpack_cli.sweep` and the rendering from `seqpack_cli.report` /
-`seqpack_cli.html_report`; those (numpy, rich) are imported inside the command so
+The figures and the `--json` document come from `seqpack_cli.describe` (its docstring gives the
+document's keys and their meaning); the terminal report from `seqpack_cli.report`, the HTML page
+from `seqpack_cli.html_report`. Those (numpy, rich) are imported inside the command so
 `seqpack --help` stays fast.
 """
 
 from __future__ import annotations
 
-import json
-from collections.abc import Callable
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -20,7 +19,14 @@ from seqpack_cli.cli_options import (
     TempDirOption,
     ThreadsOption,
 )
-from seqpack_cli.errors import ConfigError, option
+from seqpack_cli.describe import (
+    DEFAULT_SAMPLE_SIZE,
+    JSON_SCHEMA,
+    StatsReport,
+    StatsRequest,
+    describe,
+)
+from seqpack_cli.progress import rich_progress
 
 __all__ = ["STATS_EPILOG", "stats"]
 
@@ -36,25 +42,15 @@ STATS_EPILOG = (
     "does not keep it; seqpack_cli.sweep.next_fit_num_bins(lengths, max_seq_len) gives the "
     "file-order figure from Python."
     "\n\n"
-    '--json keys. Prepared directory: kind ("prepared"), path, verified, sample_size, seed, '
-    "max_seq_len, stats (PackingStats.to_dict()), lower_bound_by (volume, size, number: the "
-    "bounds whose largest is stats.lower_bound_bins), lengths (num_sequences, num_tokens, "
-    "num_distinct_lengths, min_length, max_length, mean_length, p50_length, p90_length, "
-    "p99_length), no_packing and sequential (method, num_bins, num_sequences, num_tokens, "
-    "capacity, efficiency, padding, padding_ratio, avg_seqs_per_bin, num_simulated, "
-    "estimated), length_histogram, bin_fullness and seqs_per_bin (lists of {label, low, high, "
-    "count}), num_templates, top_templates (list of {template, num_bins}), prepare (the "
-    "manifest's config, inputs and summary)."
-    "\n\n"
-    'Sweep: kind ("sweep"), source ("parquet" or "prepared"), inputs, length_column, '
-    "lengths, length_histogram, sample_size, seed, max_seqs_per_bin, rows (one per "
-    "max_seq_len, ascending: max_seq_len, num_over_cap, num_tokens_over_cap, seqpack "
-    "(PackingStats.to_dict()), lower_bound_by, no_packing, sequential, "
-    "bins_saved_vs_sequential)."
+    "--json prints the document seqpack_cli.describe.describe(request).to_dict() returns; that "
+    "module documents each key. Prepared directory: "
+    + ", ".join(JSON_SCHEMA["prepared"])
+    + ". Sweep: "
+    + ", ".join(JSON_SCHEMA["sweep"])
+    + " (one per max_seq_len, ascending: "
+    + ", ".join(JSON_SCHEMA["sweep row"])
+    + ")."
 )
-
-# What a stats run produces: the --json document, the terminal report, the HTML page.
-_StatsOutput = tuple[dict[str, Any], Callable[[Any], None], Callable[[], str]]
 
 
 def _parse_max_seq_lens(values: list[str]) -> list[int]:
@@ -92,26 +88,16 @@ def _check_stray_numbers(inputs: list[str]) -> None:
             )
 
 
-def _prepared_source(inputs: list[str], sweep: bool) -> str | None:
-    """The prepared directory `inputs` names, or None for parquet inputs (then a sweep)."""
-    if len(inputs) == 1 and (Path(inputs[0]) / "manifest.json").is_file():
-        return inputs[0]
-    if sweep:
-        return None
-    seq_len, column = option("max_seq_len"), option("length_column")
-    if len(inputs) > 1:
-        raise ConfigError(
-            f"{len(inputs)} inputs but no {seq_len}: `seqpack stats PREPARED_DIR` takes one "
-            f"prepared directory; to analyse parquet inputs give {column} NAME "
-            f"{seq_len} N[,N...]"
-        )
-    if Path(inputs[0]).exists():
-        raise ConfigError(
-            f"{inputs[0]} is not a prepared directory (it has no manifest.json); to analyse "
-            f"parquet inputs give {column} NAME {seq_len} N[,N...], or give a "
-            "directory written by `seqpack prepare`"
-        )
-    return inputs[0]  # missing: load_prepared says so, with the command that creates it
+def _title(report: StatsReport) -> str:
+    if report.kind == "prepared":
+        return f"seqpack stats: {report.inputs[0]}"
+    if report.source == "prepared":
+        return f"seqpack stats: {report.inputs[0]} (lengths from counts.json)"
+    num_files = len(report.inputs)
+    return (
+        f"seqpack stats: {num_files:,} parquet file{'s' * (num_files != 1)}, "
+        f"length column {report.request.length_column!r}"
+    )
 
 
 def _prepared_details(manifest: dict[str, Any], verified: bool) -> list[tuple[str, str]]:
@@ -127,65 +113,42 @@ def _prepared_details(manifest: dict[str, Any], verified: bool) -> list[tuple[st
     ]
 
 
-def _describe_prepared(
-    prepared: Any, *, verified: bool, top: int, sample_size: int, seed: int
-) -> _StatsOutput:
-    from seqpack_cli.html_report import render_profile_html
-    from seqpack_cli.report import render_profile
-    from seqpack_cli.sweep import profile_packing
+def _render(report: StatsReport, *, html: Path | None, quiet: bool, json_output: bool) -> None:
+    """The HTML page (`--html`), then the JSON document (`--json`) or the terminal report."""
+    from rich.console import Console
 
-    manifest = prepared.manifest
-    profile = profile_packing(
-        prepared.counts,
-        prepared.templates,
-        prepared.max_seq_len,
-        top=top,
-        sample_size=sample_size,
-        seed=seed,
-        max_seqs_per_bin=manifest.get("config", {}).get("max_seqs_per_bin"),
-    )
-    title = f"seqpack stats: {prepared.path}"
-    details = _prepared_details(manifest, verified)
-    document = {
-        "kind": "prepared",
-        "path": str(prepared.path),
-        "verified": verified,
-        "sample_size": sample_size,
-        "seed": seed,
-        **profile.to_dict(),
-        "prepare": {
-            "config": manifest.get("config", {}),
-            "inputs": {k: v for k, v in manifest.get("inputs", {}).items() if k != "files"},
-            "summary": manifest.get("summary", {}),
-        },
-    }
-    return (
-        document,
-        lambda console: render_profile(
-            console, profile, title=title, details=details, sample_size=sample_size
-        ),
-        lambda: render_profile_html(profile, title=title, details=details, sample_size=sample_size),
-    )
+    from seqpack_cli.html_report import render_profile_html, render_sweep_html, write_html_report
+    from seqpack_cli.report import render_profile, render_sweep
 
-
-def _describe_sweep(
-    counts: dict[int, int],
-    candidates: list[int],
-    source: dict[str, Any],
-    title: str,
-    **options: Any,
-) -> _StatsOutput:
-    from seqpack_cli.html_report import render_sweep_html
-    from seqpack_cli.report import render_sweep
-    from seqpack_cli.sweep import sweep_max_seq_len
-
-    result = sweep_max_seq_len(counts, candidates, **options)
-    document = {"kind": "sweep", **source, **result.to_dict()}
-    return (
-        document,
-        lambda console: render_sweep(console, result, title=title),
-        lambda: render_sweep_html(result, title=title),
-    )
+    title = _title(report)
+    console = Console()
+    if not console.is_terminal:
+        console.width = max(console.width, 120)  # piped or captured: room for wide tables
+    if report.profile is not None:
+        profile = report.profile
+        shown: dict[str, Any] = {
+            "title": title,
+            "details": _prepared_details(dict(report.manifest or {}), report.request.verify),
+            "sample_size": report.request.sample_size,
+        }
+        page, terminal = (
+            lambda: render_profile_html(profile, **shown),
+            lambda: render_profile(console, profile, **shown),
+        )
+    elif report.sweep is not None:  # a report holds one of the two
+        sweep = report.sweep
+        page, terminal = (
+            lambda: render_sweep_html(sweep, title=title),
+            lambda: render_sweep(console, sweep, title=title),
+        )
+    if html is not None:
+        written = write_html_report(html, page())
+        if not quiet:
+            typer.echo(f"HTML report written to {written}", err=True)
+    if json_output:
+        typer.echo(report.to_json())
+    else:
+        terminal()
 
 
 def stats(
@@ -238,7 +201,7 @@ def stats(
         typer.Option(
             "--sample-size", min=1, help="Sequences simulated for the sequential baseline."
         ),
-    ] = 1_000_000,  # == sweep.DEFAULT_SAMPLE_SIZE (a literal: importing sweep here pulls numpy)
+    ] = DEFAULT_SAMPLE_SIZE,
     seed: Annotated[
         int, typer.Option("--seed", min=0, help="Seed of the sequential baseline's sample.")
     ] = 0,
@@ -258,90 +221,21 @@ def stats(
     length column and shows, per max_seq_len, the sequences over the cap (dropped; the rest are
     packed), seqpack's bins and efficiency, and the same for packing without seqpack.
     """
-    from rich.console import Console
-
-    from seqpack_cli.html_report import write_html_report
-    from seqpack_cli.interrupts import signals_held
-    from seqpack_cli.prepared import load_prepared
-    from seqpack_cli.progress import rich_progress
-
-    with signals_held():  # a signal must not land inside DuckDB's initialisation (it aborts)
-        from seqpack_cli.scan import resolve_inputs, scan_length_histogram
-
     candidates = _parse_max_seq_lens(max_seq_len or [])
-    sweep = bool(candidates) or length_column is not None
     _check_stray_numbers(inputs)
-    prepared_dir = _prepared_source(inputs, sweep)
-    seq_len, column = option("max_seq_len"), option("length_column")
-    if sweep and not candidates:
-        raise ConfigError(
-            f"{column} without {seq_len}: name the context length(s) to compare, "
-            f"e.g. {seq_len} 2048 or {seq_len} 1024,2048,4096"
-        )
-    if prepared_dir is None and length_column is None:
-        raise ConfigError(
-            f"{column} is required with parquet inputs: name the column holding each "
-            "sequence's length in tokens"
-        )
-    if prepared_dir is None and verify:
-        raise ConfigError(
-            f"{option('verify')} checks a prepared directory's files; it does not apply to "
-            "parquet inputs"
-        )
-    if prepared_dir is not None and length_column is not None:
-        raise ConfigError(
-            f"{column} does not apply to the prepared directory {prepared_dir} (its "
-            "lengths are in counts.json); leave it out"
-        )
-    sweep_options = {"max_seqs_per_bin": max_seqs_per_bin, "sample_size": sample_size, "seed": seed}
+    request = StatsRequest(
+        inputs,
+        max_seq_lens=candidates,
+        length_column=length_column,
+        max_seqs_per_bin=max_seqs_per_bin,
+        verify=verify,
+        top=top,
+        sample_size=sample_size,
+        seed=seed,
+        threads=threads,
+        memory_limit=memory_limit,
+        temp_dir=temp_dir,
+    )
     with rich_progress(enabled=not (quiet or json_output)) as progress:
-        if prepared_dir is not None:
-            prepared = load_prepared(prepared_dir, verify=verify)
-            if not sweep:
-                output = _describe_prepared(
-                    prepared, verified=verify, top=top, sample_size=sample_size, seed=seed
-                )
-            else:
-                output = _describe_sweep(
-                    prepared.counts,
-                    candidates,
-                    {"source": "prepared", "inputs": [str(prepared.path)], "length_column": None},
-                    f"seqpack stats: {prepared.path} (lengths from counts.json)",
-                    progress=progress,
-                    **sweep_options,
-                )
-        else:
-            files = resolve_inputs(inputs)
-            counts = scan_length_histogram(
-                files,
-                str(length_column),
-                threads=threads,
-                memory_limit=memory_limit,
-                temp_dir=temp_dir,
-                progress=progress,
-            )
-            output = _describe_sweep(
-                counts,
-                candidates,
-                {
-                    "source": "parquet",
-                    "inputs": [str(path) for path in files],
-                    "length_column": length_column,
-                },
-                f"seqpack stats: {len(files):,} parquet file{'s' * (len(files) != 1)}, "
-                f"length column {length_column!r}",
-                progress=progress,
-                **sweep_options,
-            )
-    document, render_terminal, render_html = output
-    if html is not None:
-        written = write_html_report(html, render_html())
-        if not quiet:
-            typer.echo(f"HTML report written to {written}", err=True)
-    if json_output:
-        typer.echo(json.dumps(document, indent=2))
-    else:
-        console = Console()
-        if not console.is_terminal:
-            console.width = max(console.width, 120)  # piped or captured: room for wide tables
-        render_terminal(console)
+        report = describe(request, progress=progress)
+    _render(report, html=html, quiet=quiet, json_output=json_output)

@@ -97,5 +97,5 @@ def test_the_cycle_finder_finds_a_cycle() -> None:
 
 def test_the_graph_sees_imports_inside_functions() -> None:
     graph = import_graph()
-    # cli_stats imports prepared lazily (inside the command): still an edge.
-    assert "seqpack_cli.prepared" in graph["seqpack_cli.cli_stats"]
+    # describe imports prepared lazily (inside functions): still an edge.
+    assert "seqpack_cli.prepared" in graph["seqpack_cli.describe"]

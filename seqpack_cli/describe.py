@@ -1,0 +1,330 @@
+"""What `seqpack stats` computes: a prepared directory described, or max_seq_len values compared.
+
+`describe(StatsRequest(...))` decides the mode from the request and returns a `StatsReport`;
+`StatsReport.to_dict()` is the document `seqpack stats --json` prints, and the CLI only renders
+it (terminal: `seqpack_cli.report`, HTML: `seqpack_cli.html_report`).
+
+The mode:
+
+- **prepared**: one input that is a prepared directory (it has a manifest.json) and no
+  `max_seq_lens`: its packing described (`sweep.profile_packing`).
+- **sweep**: `max_seq_lens` given: seqpack and both baselines at each value
+  (`sweep.sweep_max_seq_len`), on the lengths of parquet inputs (read from `length_column`) or
+  of a prepared directory's counts.json.
+
+The `--json` document (`StatsReport.to_dict()`), by mode; `JSON_SCHEMA` holds the same keys, in
+order, and the tests check every document against it:
+
+Prepared directory:
+    kind            "prepared"
+    path            the prepared directory
+    verified        whether every file's sha256 was checked (`verify`)
+    sample_size     sequences simulated for the sequential baseline
+    seed            seed of that sample
+    max_seq_len     the directory's bin capacity
+    stats           `PackingStats.to_dict()` of its templates
+    lower_bound_by  {volume, size, number}: the bounds whose largest is stats.lower_bound_bins
+    lengths         num_sequences, num_tokens, num_distinct_lengths, min_length, max_length,
+                    mean_length, p50_length, p90_length, p99_length
+    no_packing      a baseline: method, num_bins, num_sequences, num_tokens, capacity,
+                    efficiency, padding, padding_ratio, avg_seqs_per_bin, num_simulated, estimated
+    sequential      the same for sequential (next-fit, random order) packing
+    length_histogram, bin_fullness, seqs_per_bin
+                    chart data: lists of {label, low, high, count}
+    num_templates   distinct templates
+    top_templates   the most common (`top`), most common first: list of {template, num_bins}
+    prepare         the manifest's config, inputs (without the file list) and summary
+
+Sweep:
+    kind            "sweep"
+    source          "parquet" or "prepared" (lengths from counts.json)
+    inputs          the parquet files read, or the prepared directory
+    length_column   the parquet column read (null for a prepared directory)
+    lengths         as above
+    length_histogram  as above (power-of-two ranges)
+    sample_size, seed  as above
+    max_seqs_per_bin  the per-bin sequence cap (null: none)
+    rows            one per max_seq_len, ascending: max_seq_len, num_over_cap,
+                    num_tokens_over_cap (sequences over the cap, dropped), seqpack
+                    (`PackingStats.to_dict()`), lower_bound_by, no_packing, sequential,
+                    bins_saved_vs_sequential (fraction of sequential's bins seqpack saves)
+
+Importing this module is cheap (no numpy, duckdb or rich): the CLI imports it at start-up.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from seqpack_cli.errors import ConfigError, option
+from seqpack_cli.interrupts import signals_held
+from seqpack_cli.progress import ProgressCallback
+
+if TYPE_CHECKING:
+    from seqpack_cli.sweep import PackingProfile, SweepResult
+
+__all__ = ["DEFAULT_SAMPLE_SIZE", "JSON_SCHEMA", "StatsReport", "StatsRequest", "describe"]
+
+DEFAULT_SAMPLE_SIZE = 1_000_000
+"""`sweep.DEFAULT_SAMPLE_SIZE`, written out so this module imports without numpy (tested)."""
+
+JSON_SCHEMA: Mapping[str, tuple[str, ...]] = {
+    "prepared": (
+        "kind",
+        "path",
+        "verified",
+        "sample_size",
+        "seed",
+        "max_seq_len",
+        "stats",
+        "lower_bound_by",
+        "lengths",
+        "no_packing",
+        "sequential",
+        "length_histogram",
+        "bin_fullness",
+        "seqs_per_bin",
+        "num_templates",
+        "top_templates",
+        "prepare",
+    ),
+    "sweep": (
+        "kind",
+        "source",
+        "inputs",
+        "length_column",
+        "lengths",
+        "length_histogram",
+        "sample_size",
+        "seed",
+        "max_seqs_per_bin",
+        "rows",
+    ),
+    "sweep row": (
+        "max_seq_len",
+        "num_over_cap",
+        "num_tokens_over_cap",
+        "seqpack",
+        "lower_bound_by",
+        "no_packing",
+        "sequential",
+        "bins_saved_vs_sequential",
+    ),
+}
+"""The keys of `StatsReport.to_dict()`, in order, by mode (meanings: the module docstring)."""
+
+_SEQ_LENS = option("max_seq_len", python="max_seq_lens")
+_COLUMN = option("length_column")
+
+
+@dataclass(frozen=True)
+class StatsRequest:
+    """What to describe, checked when built: a bad combination is a `ConfigError`.
+
+    `inputs`: one prepared directory, or parquet files, globs or directories. `max_seq_lens`: the
+    context lengths to compare (empty: describe the prepared directory). `length_column`: the
+    parquet column holding each sequence's length (parquet inputs only). `max_seqs_per_bin`:
+    the per-bin sequence cap of a sweep (a prepared directory's own cap is read from its
+    manifest). `verify`: check the sha256 of every prepared file. `top`: templates listed.
+    `sample_size`, `seed`: the sequential baseline's sample. `threads`, `memory_limit`,
+    `temp_dir`: DuckDB's resources for parquet inputs.
+
+    The mode is decided here, from the file system: `prepared_dir` is the prepared directory
+    read (None for parquet inputs), `is_sweep` whether max_seq_len values are compared.
+    """
+
+    inputs: Sequence[str | os.PathLike[str]]
+    max_seq_lens: Sequence[int] = ()
+    length_column: str | None = None
+    max_seqs_per_bin: int | None = None
+    verify: bool = False
+    top: int = 10
+    sample_size: int = DEFAULT_SAMPLE_SIZE
+    seed: int = 0
+    threads: int | None = None
+    memory_limit: str | None = None
+    temp_dir: str | os.PathLike[str] | None = None
+    prepared_dir: str | None = field(init=False)
+
+    def __post_init__(self) -> None:
+        from seqpack_cli.lengths import check_max_seq_len, check_max_seqs_per_bin
+
+        if isinstance(self.inputs, str | os.PathLike):
+            object.__setattr__(self, "inputs", (self.inputs,))
+        object.__setattr__(self, "inputs", tuple(os.fspath(path) for path in self.inputs))
+        if not self.inputs:
+            raise ConfigError(
+                "no inputs: give one prepared directory, or parquet files, globs or directories"
+            )
+        lens = self.max_seq_lens
+        lens = tuple(
+            check_max_seq_len(value) for value in ((lens,) if isinstance(lens, int) else lens)
+        )
+        object.__setattr__(self, "max_seq_lens", lens)
+        _check_count("top", self.top, 0, "the number of templates listed")
+        _check_count("sample_size", self.sample_size, 1, "e.g. 1000000")
+        _check_count("seed", self.seed, 0, "e.g. 0")
+        object.__setattr__(self, "prepared_dir", self._prepared_source())
+        self._check_combination()
+        if self.is_sweep:
+            check_max_seqs_per_bin(self.max_seqs_per_bin)
+
+    @property
+    def is_sweep(self) -> bool:
+        """Whether max_seq_len values are compared (else a prepared directory is described)."""
+        return bool(self.max_seq_lens) or self.length_column is not None
+
+    def _prepared_source(self) -> str | None:
+        """The prepared directory the inputs name, or None for parquet inputs (then a sweep)."""
+        from seqpack_cli.prepared import MANIFEST_NAME
+
+        inputs = self.inputs
+        if len(inputs) == 1 and (Path(inputs[0]) / MANIFEST_NAME).is_file():
+            return str(inputs[0])
+        if self.is_sweep:
+            return None
+        if len(inputs) > 1:
+            raise ConfigError(
+                f"{len(inputs)} inputs but no {_SEQ_LENS}: `seqpack stats PREPARED_DIR` takes "
+                f"one prepared directory; to analyse parquet inputs give {_COLUMN} NAME "
+                f"{_SEQ_LENS} N[,N...]"
+            )
+        if Path(inputs[0]).exists():
+            raise ConfigError(
+                f"{inputs[0]} is not a prepared directory (it has no {MANIFEST_NAME}); to "
+                f"analyse parquet inputs give {_COLUMN} NAME {_SEQ_LENS} N[,N...], or give a "
+                "directory written by `seqpack prepare`"
+            )
+        return str(inputs[0])  # missing: load_prepared says so, with the command that creates it
+
+    def _check_combination(self) -> None:
+        parquet = self.prepared_dir is None
+        if self.is_sweep and not self.max_seq_lens:
+            raise ConfigError(
+                f"{_COLUMN} without {_SEQ_LENS}: name the context length(s) to compare, "
+                f"e.g. {_SEQ_LENS} 2048 or {_SEQ_LENS} 1024,2048,4096"
+            )
+        if parquet and self.length_column is None:
+            raise ConfigError(
+                f"{_COLUMN} is required with parquet inputs: name the column holding each "
+                "sequence's length in tokens"
+            )
+        if parquet and self.verify:
+            raise ConfigError(
+                f"{option('verify')} checks a prepared directory's files; it does not apply to "
+                "parquet inputs"
+            )
+        if not parquet and self.length_column is not None:
+            raise ConfigError(
+                f"{_COLUMN} does not apply to the prepared directory {self.prepared_dir} (its "
+                "lengths are in counts.json); leave it out"
+            )
+
+
+def _check_count(name: str, value: Any, minimum: int, example: str) -> None:
+    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+        raise ConfigError(f"{option(name)} {value!r} must be an integer >= {minimum} ({example})")
+
+
+@dataclass(frozen=True)
+class StatsReport:
+    """The answer to a `StatsRequest`: `profile` (prepared mode) or `sweep`, and what was read.
+
+    `source` is "prepared" or "parquet"; `inputs` the prepared directory or the parquet files
+    read; `manifest` the prepared directory's manifest (None for parquet inputs).
+    """
+
+    request: StatsRequest
+    source: str
+    inputs: tuple[str, ...]
+    manifest: Mapping[str, Any] | None = None
+    profile: PackingProfile | None = None
+    sweep: SweepResult | None = None
+
+    def __post_init__(self) -> None:
+        if (self.profile is None) == (self.sweep is None):
+            raise ValueError("a StatsReport holds a profile or a sweep, not both or neither")
+
+    @property
+    def kind(self) -> str:
+        """The mode: `prepared` (a directory described) or `sweep` (max_seq_len compared)."""
+        return "prepared" if self.profile is not None else "sweep"
+
+    def to_dict(self) -> dict[str, Any]:
+        """The `seqpack stats --json` document; keys in `JSON_SCHEMA`, meanings in this module's
+        docstring."""
+        if self.profile is not None:
+            manifest = self.manifest or {}
+            inputs = manifest.get("inputs", {})
+            return {
+                "kind": "prepared",
+                "path": self.inputs[0],
+                "verified": self.request.verify,
+                "sample_size": self.request.sample_size,
+                "seed": self.request.seed,
+                **self.profile.to_dict(),
+                "prepare": {
+                    "config": manifest.get("config", {}),
+                    "inputs": {key: value for key, value in inputs.items() if key != "files"},
+                    "summary": manifest.get("summary", {}),
+                },
+            }
+        assert self.sweep is not None  # __post_init__: one of the two
+        return {
+            "kind": "sweep",
+            "source": self.source,
+            "inputs": list(self.inputs),
+            "length_column": self.request.length_column if self.source == "parquet" else None,
+            **self.sweep.to_dict(),
+        }
+
+    def to_json(self) -> str:
+        """`to_dict()` as `seqpack stats --json` prints it."""
+        import json
+
+        return json.dumps(self.to_dict(), indent=2)
+
+
+def describe(request: StatsRequest, *, progress: ProgressCallback | None = None) -> StatsReport:
+    """Describe a prepared directory, or compare `request.max_seq_lens` on its lengths or on
+    parquet inputs; see the module docstring for the modes and the document."""
+    from seqpack_cli.sweep import profile_packing, sweep_max_seq_len
+
+    options: dict[str, Any] = {
+        "max_seqs_per_bin": request.max_seqs_per_bin,
+        "sample_size": request.sample_size,
+        "seed": request.seed,
+    }
+    if request.prepared_dir is not None:
+        from seqpack_cli.prepared import load_prepared
+
+        prepared = load_prepared(request.prepared_dir, verify=request.verify)
+        path = (str(prepared.path),)
+        manifest = prepared.manifest
+        if request.is_sweep:
+            result = sweep_max_seq_len(
+                prepared.counts, request.max_seq_lens, progress=progress, **options
+            )
+            return StatsReport(request, "prepared", path, manifest, sweep=result)
+        options["max_seqs_per_bin"] = manifest.get("config", {}).get("max_seqs_per_bin")
+        profile = profile_packing(
+            prepared.counts, prepared.templates, prepared.max_seq_len, top=request.top, **options
+        )
+        return StatsReport(request, "prepared", path, manifest, profile=profile)
+    with signals_held():  # a signal must not land inside DuckDB's initialisation (it aborts)
+        from seqpack_cli.scan import resolve_inputs, scan_length_histogram
+    files = resolve_inputs(request.inputs)
+    counts = scan_length_histogram(
+        files,
+        str(request.length_column),
+        threads=request.threads,
+        memory_limit=request.memory_limit,
+        temp_dir=request.temp_dir,
+        progress=progress,
+    )
+    result = sweep_max_seq_len(counts, request.max_seq_lens, progress=progress, **options)
+    return StatsReport(request, "parquet", tuple(str(path) for path in files), sweep=result)
