@@ -172,6 +172,15 @@ class StatsRequest:
         self._check_combination()
         if self.is_sweep:
             check_max_seqs_per_bin(self.max_seqs_per_bin)
+        elif self.max_seqs_per_bin is not None:
+            # A prepared directory was packed with its own cap; ignoring this one silently would
+            # show figures for a cap the user did not ask about.
+            raise ConfigError(
+                f"{option('max_seqs_per_bin')} {self.max_seqs_per_bin!r} applies when comparing "
+                f"{_SEQ_LENS} values; a prepared directory is described with the cap it was "
+                "prepared with (config.max_seqs_per_bin in its manifest): drop it, or give "
+                f"{_SEQ_LENS} N[,N...] to compare packings with this cap"
+            )
 
     @property
     def is_sweep(self) -> bool:

@@ -223,3 +223,15 @@ def test_importing_describe_is_cheap() -> None:
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "[]"
+
+
+def test_a_cap_given_for_a_prepared_directory_is_refused_not_ignored(prepared_dir: Path) -> None:
+    # It used to be ignored silently: the figures were those of the directory's own cap.
+    with pytest.raises(ConfigError, match=r"max_seqs_per_bin 3 applies when comparing"):
+        StatsRequest([prepared_dir], max_seqs_per_bin=3)
+    result = CliRunner().invoke(app, ["stats", str(prepared_dir), "--max-seqs-per-bin", "3"])
+    assert result.exit_code == 1
+    assert result.stderr.strip().startswith("error: --max-seqs-per-bin 3 applies when comparing")
+    assert "--max-seq-len N[,N...]" in result.stderr and len(result.stderr.splitlines()) == 1
+    # With max_seq_len values it is the cap of the packings compared, as before.
+    assert StatsRequest([prepared_dir], max_seq_lens=[MAX_SEQ_LEN], max_seqs_per_bin=3).is_sweep
