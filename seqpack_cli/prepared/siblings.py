@@ -39,6 +39,7 @@ __all__ = [
     "RENAME_EXCHANGE",
     "RENAME_NOREPLACE",
     "TMP",
+    "FlockUnsupported",
     "is_sibling_of",
     "lock_directory",
     "name_max",
@@ -161,15 +162,19 @@ def rename2(source: Path, target: Path, flags: int) -> bool:
 # ---- liveness: a flock held for the writer's lifetime -----------------------------------------
 
 
+class FlockUnsupported(Exception):
+    """The filesystem (or system) has no flock: liveness then falls back to the pid."""
+
+
 def lock_directory(path: Path, *, wait: bool) -> int | None:
     """An open descriptor of directory `path` holding an exclusive flock, or None if another
-    process holds it. Raises OSError if the directory cannot be opened; `NotImplementedError`
+    process holds it. Raises OSError if the directory cannot be opened; `FlockUnsupported`
     where the filesystem has no flock (e.g. some network filesystems)."""
     flags = os.O_RDONLY | getattr(os, "O_DIRECTORY", 0) | getattr(os, "O_NOFOLLOW", 0)
     fd = os.open(path, flags | getattr(os, "O_CLOEXEC", 0))
     if fcntl is None:
         os.close(fd)
-        raise NotImplementedError("no flock on this system")
+        raise FlockUnsupported("no flock on this system")
     try:
         fcntl.flock(fd, fcntl.LOCK_EX | (0 if wait else fcntl.LOCK_NB))
     except BlockingIOError:
@@ -177,7 +182,7 @@ def lock_directory(path: Path, *, wait: bool) -> int | None:
         return None
     except OSError as error:
         os.close(fd)
-        raise NotImplementedError(f"no flock on {path}: {error.strerror}") from None
+        raise FlockUnsupported(f"no flock on {path}: {error.strerror}") from None
     return fd
 
 
@@ -200,7 +205,7 @@ def _claimed(sibling: Path, pid: int) -> Iterator[bool]:
     counts as left over when no process has its pid."""
     try:
         fd = lock_directory(sibling, wait=False)
-    except NotImplementedError:
+    except FlockUnsupported:
         yield not _is_alive(pid)
         return
     except OSError:  # vanished meanwhile, or not ours to open: leave it

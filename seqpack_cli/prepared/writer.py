@@ -49,7 +49,14 @@ from seqpack_cli.prepared.layout import (
 )
 from seqpack_cli.prepared.output_checks import check_output
 from seqpack_cli.prepared.schema import check_manifest
-from seqpack_cli.prepared.siblings import OLD, TMP, lock_directory, recover_siblings, sibling_path
+from seqpack_cli.prepared.siblings import (
+    OLD,
+    TMP,
+    FlockUnsupported,
+    lock_directory,
+    recover_siblings,
+    sibling_path,
+)
 
 __all__ = ["PreparedWriter", "check_output", "write_prepared"]
 
@@ -136,7 +143,7 @@ class PreparedWriter:
             self.tmp_path.mkdir()
             try:
                 fd = lock_directory(self.tmp_path, wait=True)
-            except NotImplementedError:
+            except FlockUnsupported:
                 return  # no flock here: the pid in the name tells others this run is alive
             except FileNotFoundError:
                 fd = None
@@ -389,7 +396,7 @@ class PreparedWriter:
     def _swap_by_two_renames(self) -> None:
         # The old copy is locked while aside, so no other run takes it for a leftover.
         old, output = self._old_path, self.output
-        with contextlib.suppress(NotImplementedError, OSError):
+        with contextlib.suppress(FlockUnsupported, OSError):
             fd = lock_directory(output, wait=True)
             if fd is not None:
                 self._fds.append(fd)
