@@ -37,6 +37,7 @@ import duckdb
 
 from seqpack_cli.errors import ConfigError, InputError, SeqpackError, option
 from seqpack_cli.inputs import GLOB_CHARS
+from seqpack_cli.interrupts import signals_held
 from seqpack_cli.progress import ProgressCallback
 
 __all__ = [
@@ -347,24 +348,28 @@ def fetch_with_progress(
         return con.sql(sql, params=dict(params)).fetchall()
     outcome: list[Any] = []
 
+    finished = threading.Event()  # waited on, not join()ed: see pools._stream_batches
+
     def work() -> None:
         try:
             outcome.append(con.sql(sql, params=dict(params)).fetchall())
         except BaseException as error:  # handed to the calling thread
             outcome.append(error)
+        finally:
+            finished.set()
 
     progress(phase, 0, total_rows)
     worker = threading.Thread(target=work, name="seqpack-query", daemon=True)
     worker.start()
     try:
-        while worker.is_alive():
-            worker.join(0.1)
+        while not finished.wait(0.1):
             percent = con.query_progress()
             if percent > 0:
                 progress(phase, int(total_rows * min(percent, 100.0) / 100.0), total_rows)
     except BaseException:
         con.interrupt()
-        worker.join()
+        with signals_held():
+            finished.wait()
         raise
     if isinstance(outcome[0], BaseException):
         raise outcome[0]

@@ -37,6 +37,7 @@ import pyarrow.parquet as pq
 from seqpack_cli import id_map, pool_layout
 from seqpack_cli.errors import ConfigError, InputError, option
 from seqpack_cli.id_checks import check_duplicates, id_check
+from seqpack_cli.interrupts import signals_held
 from seqpack_cli.pool_layout import Layout, PoolAppend, num_workers
 from seqpack_cli.pool_scatter import scatter
 from seqpack_cli.pool_split import split_pools
@@ -81,6 +82,7 @@ def _stream_batches(
     """
     batches: queue.Queue[Any] = queue.Queue(maxsize=2)
     stop = threading.Event()
+    finished = threading.Event()  # set once the thread is out of DuckDB for good
 
     def put(item: Any) -> bool:
         while not stop.is_set():
@@ -109,6 +111,7 @@ def _stream_batches(
             # (and the error's traceback would otherwise keep it alive).
             if reader is not None:
                 reader.close()
+            finished.set()
 
     producer = threading.Thread(target=produce, name="seqpack-scan", daemon=True)
     producer.start()
@@ -118,10 +121,14 @@ def _stream_batches(
                 raise item
             yield item
     finally:
-        if producer.is_alive():
+        # Wait on an Event with signals held, never on join(): a signal that cuts a join short
+        # makes Python 3.11 take the thread for finished, and a thread still inside DuckDB when
+        # the interpreter exits aborts the process (SIGABRT, "exception not rethrown").
+        if not finished.is_set():
             stop.set()
             con.interrupt()
-            producer.join()
+        with signals_held():
+            finished.wait()
 
 
 def _footer_id_bounds(files: Sequence[InputFile], id_column: str) -> tuple[int, int] | None:
