@@ -46,19 +46,21 @@ def data_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return directory
 
 
+def _prepare(data_dir: Path, output: Path, **changes: Any) -> Path:
+    options: dict[str, Any] = {
+        "inputs": [str(data_dir)],
+        "length_column": "num_tokens",
+        "max_seq_len": MAX_SEQ_LEN,
+        "output": output,
+        "filter_over_cap": True,
+    }
+    prepare_dataset(PrepareConfig(**{**options, **changes}))
+    return output
+
+
 @pytest.fixture(scope="module")
 def prepared_dir(tmp_path_factory: pytest.TempPathFactory, data_dir: Path) -> Path:
-    output = tmp_path_factory.mktemp("prep") / "prepared"
-    prepare_dataset(
-        PrepareConfig(
-            inputs=[str(data_dir)],
-            length_column="num_tokens",
-            max_seq_len=MAX_SEQ_LEN,
-            output=output,
-            filter_over_cap=True,
-        )
-    )
-    return output
+    return _prepare(data_dir, tmp_path_factory.mktemp("prep") / "prepared")
 
 
 def _cli_json(*args: str) -> str:
@@ -127,17 +129,7 @@ def test_sweep_of_a_prepared_directory_reads_counts_json(prepared_dir: Path) -> 
 
 
 def test_prepared_mode_uses_the_directory_cap(tmp_path: Path, data_dir: Path) -> None:
-    output = tmp_path / "capped"
-    prepare_dataset(
-        PrepareConfig(
-            inputs=[str(data_dir)],
-            length_column="num_tokens",
-            max_seq_len=MAX_SEQ_LEN,
-            output=output,
-            filter_over_cap=True,
-            max_seqs_per_bin=2,
-        )
-    )
+    output = _prepare(data_dir, tmp_path / "capped", max_seqs_per_bin=2)
     report = describe(StatsRequest([output], max_seqs_per_bin=None))
     assert report.profile is not None
     direct = PackingStats.from_templates(

@@ -202,6 +202,22 @@ def test_library_packers_long_lengths_in_bounded_memory() -> None:
     assert all(int(lengths[b].sum()) <= LIMIT for b in bins)
 
 
+def _prepare_dataset(parquet_dataset: ParquetDataset, output: Path, max_seq_len: int = 512) -> Any:
+    """`seqpack prepare` of the shared dataset, ids from its doc_id column."""
+    return _invoke(
+        "prepare",
+        parquet_dataset.root,
+        "--length-column",
+        "num_tokens",
+        "--id-column",
+        "doc_id",
+        "--max-seq-len",
+        max_seq_len,
+        "-o",
+        output,
+    )
+
+
 @pytest.mark.parametrize("table_end", [0, 100], ids=["all searched", "long ones searched"])
 @pytest.mark.parametrize("path", ["id map", "scatter"])
 def test_long_and_short_length_lookups_give_the_same_pools(
@@ -216,18 +232,8 @@ def test_long_and_short_length_lookups_give_the_same_pools(
         monkeypatch.setattr(pool_layout, "MAX_MAP_IDS", 0)
     monkeypatch.setattr(pool_layout, "MAX_TABLE_LENGTH", table_end)
     output = tmp_path / "out"
-    result = _invoke(
-        "prepare",
-        parquet_dataset.root,
-        "--length-column",
-        "num_tokens",
-        "--id-column",
-        "doc_id",
-        "--max-seq-len",
-        10**6,  # lengths are then indexed codes in the id map, not the lengths themselves
-        "-o",
-        output,
-    )
+    # At 10**6, lengths are indexed codes in the id map, not the lengths themselves.
+    result = _prepare_dataset(parquet_dataset, output, max_seq_len=10**6)
     assert result.exit_code == 0, result.output
     prepared = load_prepared(output)
     expected = parquet_dataset.pools()
@@ -339,21 +345,6 @@ def test_sweep_library_counts_lengths_past_the_bound() -> None:
 # ---- a full disk on the sparse-id path ------------------------------------------------------
 
 
-def _sparse_prepare(parquet_dataset: ParquetDataset, output: Path) -> Any:
-    return _invoke(
-        "prepare",
-        parquet_dataset.root,
-        "--length-column",
-        "num_tokens",
-        "--id-column",
-        "doc_id",
-        "--max-seq-len",
-        512,
-        "-o",
-        output,
-    )
-
-
 def _raise(code: int) -> Callable[..., Any]:
     def fail(*args: Any) -> Any:
         raise OSError(code, os.strerror(code))
@@ -370,7 +361,7 @@ def test_full_disk_on_the_sparse_path_is_one_line_and_leaves_nothing(
     monkeypatch.setattr(os, "posix_fallocate", _raise(errno.ENOSPC))
     work = tmp_path / "work"
     work.mkdir()
-    result = _sparse_prepare(parquet_dataset, work / "out")
+    result = _prepare_dataset(parquet_dataset, work / "out")
     line = _one_error_line(result)
     assert "No space left on device" in line and "work file" in line
     assert "free some space or choose another --output" in line
@@ -382,7 +373,7 @@ def test_sparse_path_without_fallocate_writes_zeros(
 ) -> None:
     monkeypatch.setattr(pool_layout, "MAX_MAP_IDS", 0)
     monkeypatch.setattr(os, "posix_fallocate", _raise(errno.EOPNOTSUPP))
-    result = _sparse_prepare(parquet_dataset, tmp_path / "out")
+    result = _prepare_dataset(parquet_dataset, tmp_path / "out")
     assert result.exit_code == 0, result.output
     prepared = load_prepared(tmp_path / "out")
     for length, ids in parquet_dataset.pools().items():
@@ -391,7 +382,7 @@ def test_sparse_path_without_fallocate_writes_zeros(
     monkeypatch.setattr(os, "pwrite", _raise(errno.ENOSPC))
     work = tmp_path / "work"
     work.mkdir()
-    line = _one_error_line(_sparse_prepare(parquet_dataset, work / "out"))
+    line = _one_error_line(_prepare_dataset(parquet_dataset, work / "out"))
     assert "No space left on device" in line
     assert _tree(work) == []
 
