@@ -54,8 +54,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))  # distributions
 import distributions
 import numpy as np
 
-from seqpack_cli.epoch import EpochPlan
-from seqpack_cli.histogram import pack_length_histogram_batched
+from seqpack_cli.epoch.plan import EpochPlan
+from seqpack_cli.packing.histogram import pack_length_histogram_batched
 from seqpack_cli.seeding import seed_from_components
 
 SEED = seed_from_components(0)
@@ -63,11 +63,11 @@ ARRAY_SLICE_BINS = 1 << 16
 
 
 def load_epoch_module(path: str | None) -> Any:
-    """The module at `path` (an older epoch.py to compare with), or seqpack_cli.epoch."""
+    """The module at `path` (an older epoch.py to compare with), or seqpack_cli.epoch.plan."""
     if not path:
-        import seqpack_cli.epoch
+        import seqpack_cli.epoch.plan
 
-        return seqpack_cli.epoch
+        return seqpack_cli.epoch.plan
     source = Path(path).resolve()
     sys.path.insert(0, str(source.parent))
     spec = importlib.util.spec_from_file_location("baseline_epoch", source)

@@ -40,14 +40,14 @@ import distributions
 import lightbinpack
 import reference_packers
 
-from seqpack_cli.histogram import (
+from seqpack_cli.packing import greedy_pack_sequences, heap_pack_sequences
+from seqpack_cli.packing.histogram import (
     lower_bound_bins,
     pack_length_histogram_batched,
     pack_length_histogram_bfd,
     pack_length_histogram_ffd,
     pack_length_histogram_mffd,
 )
-from seqpack_cli.packing import greedy_pack_sequences, heap_pack_sequences
 
 
 def _rss_mib() -> float:

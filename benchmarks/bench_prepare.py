@@ -45,7 +45,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from seqpack_cli.scan import connect, inspect_inputs, length_histogram, resolve_inputs
+from seqpack_cli.prepare.scan import connect, inspect_inputs, length_histogram, resolve_inputs
 
 MAX_SEQ_LEN = 8192
 ROW_GROUP = 1 << 20

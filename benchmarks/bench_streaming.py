@@ -29,8 +29,8 @@ from collections.abc import Callable, Iterator
 
 from distributions import DEFAULT_MAX_SEQ_LEN, REALISTIC, expand, make_histogram
 
-from seqpack_cli.histogram import pack_length_histogram_batched
-from seqpack_cli.streaming import pack_stream
+from seqpack_cli.packing.histogram import pack_length_histogram_batched
+from seqpack_cli.packing.online import pack_stream
 
 DISTRIBUTIONS = (*REALISTIC, "bimodal")  # benchmarks/distributions.py; bimodal is adversarial
 BUFFER_SIZES = (64, 256, 1024, 4096, 16384)

@@ -93,7 +93,7 @@ def _run(args: list[str]) -> None:
 
 
 def _show_epochs(prepared_dir: Path, num_bins: int = 3) -> None:
-    from seqpack_cli.epoch import EpochPlan, materialize_epoch
+    from seqpack_cli.epoch.plan import EpochPlan, materialize_epoch
     from seqpack_cli.prepared import load_prepared
     from seqpack_cli.seeding import seed_from_components
 

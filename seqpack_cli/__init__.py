@@ -23,18 +23,18 @@ _EXPORTS: dict[str, str] = {
     "seed_from_components": "seeding",
     "shuffle_bins": "seeding",
     # per-sequence and histogram packing
-    "BinTemplate": "histogram",
-    "sort_indices_by_length": "packing",
-    "greedy_pack_sequences": "packing",
-    "heap_pack_sequences": "packing",
-    "length_histogram_from_lengths": "packing",
-    "pack_length_histogram": "histogram",
-    "pack_length_histogram_batched": "histogram",
+    "BinTemplate": "packing.histogram",
+    "sort_indices_by_length": "packing.per_sequence",
+    "greedy_pack_sequences": "packing.per_sequence",
+    "heap_pack_sequences": "packing.per_sequence",
+    "length_histogram_from_lengths": "packing.per_sequence",
+    "pack_length_histogram": "packing.histogram",
+    "pack_length_histogram_batched": "packing.histogram",
     # epochs
-    "EpochPlan": "epoch",
-    "materialize_epoch": "epoch",
+    "EpochPlan": "epoch.plan",
+    "materialize_epoch": "epoch.plan",
     # statistics
-    "PackingStats": "stats",
+    "PackingStats": "packing.efficiency",
     # prepared/ directories
     "Prepared": "prepared",
     "load_prepared": "prepared",
@@ -51,7 +51,7 @@ _EXPORTS: dict[str, str] = {
     "FlatTokenSource": "collate",
     "PackedDataset": "data",
     "PackedIterableDataset": "data",
-    "pack_stream": "streaming",
+    "pack_stream": "packing.online",
 }
 
 __all__ = ["__version__", *sorted(_EXPORTS)]

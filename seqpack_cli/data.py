@@ -28,7 +28,7 @@ import torch.distributed as dist
 from torch.utils.data import Dataset, IterableDataset, get_worker_info
 
 from seqpack_cli.collate import PackedCollator
-from seqpack_cli.epoch import EpochPlan
+from seqpack_cli.epoch.plan import EpochPlan
 from seqpack_cli.errors import ConfigError
 from seqpack_cli.masking import check_int
 from seqpack_cli.seeding import seed_from_components

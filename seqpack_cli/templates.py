@@ -2,8 +2,7 @@
 
 A packing is a Counter of templates (or, in templates.json, `(template, multiplicity)` pairs).
 `canonical_templates` checks one and returns it in canonical order. It sits below both
-`seqpack_cli.stats`, which summarises a packing, and `seqpack_cli.epoch`, which draws bins
-from one.
+`packing.efficiency`, which summarises a packing, and `epoch.plan`, which draws bins from one.
 """
 
 from __future__ import annotations

@@ -98,4 +98,4 @@ def test_the_cycle_finder_finds_a_cycle() -> None:
 def test_the_graph_sees_imports_inside_functions() -> None:
     graph = import_graph()
     # describe imports prepared lazily (inside functions): still an edge.
-    assert "seqpack_cli.prepared" in graph["seqpack_cli.describe"]
+    assert "seqpack_cli.prepared" in graph["seqpack_cli.stats.describe"]

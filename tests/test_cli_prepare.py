@@ -21,7 +21,7 @@ import pytest
 from conftest import ParquetDataset, write_parquet
 from typer.testing import CliRunner
 
-from seqpack_cli.cli import app
+from seqpack_cli.cli.app import app
 from seqpack_cli.prepare import load_prepared
 
 REPO = Path(__file__).resolve().parent.parent

@@ -14,12 +14,12 @@ import pytest
 from conftest import write_parquet
 from typer.testing import CliRunner
 
-from seqpack_cli.cli import app
-from seqpack_cli.histogram import pack_length_histogram_batched
+from seqpack_cli.cli.app import app
+from seqpack_cli.packing.histogram import pack_length_histogram_batched
 from seqpack_cli.prepare import PrepareConfig, prepare_dataset
 from seqpack_cli.prepared import load_prepared
 from seqpack_cli.stats import PackingStats
-from seqpack_cli.sweep import DEFAULT_SAMPLE_SIZE
+from seqpack_cli.stats.sweep import DEFAULT_SAMPLE_SIZE
 
 runner = CliRunner()
 MAX_SEQ_LEN = 512

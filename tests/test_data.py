@@ -19,7 +19,7 @@ from torch.utils.data import DataLoader  # noqa: E402
 import seqpack_cli.data as data_module  # noqa: E402
 from seqpack_cli.collate import PackedCollator  # noqa: E402
 from seqpack_cli.data import PackedDataset, PackedIterableDataset  # noqa: E402
-from seqpack_cli.epoch import EpochPlan  # noqa: E402
+from seqpack_cli.epoch.plan import EpochPlan  # noqa: E402
 from seqpack_cli.errors import ConfigError  # noqa: E402
 from seqpack_cli.seeding import seed_from_components  # noqa: E402
 

@@ -1,4 +1,4 @@
-"""`seqpack_cli.describe`: the library call behind `seqpack stats` and the `--json` document.
+"""`seqpack_cli.stats.describe`: the library call behind `seqpack stats` and the `--json` document.
 
 The CLI only parses, calls `describe` and renders; these tests call the library directly and check
 that the CLI prints exactly `StatsReport.to_json()`.
@@ -18,19 +18,18 @@ import pytest
 from conftest import write_parquet
 from typer.testing import CliRunner
 
-from seqpack_cli import sweep
-from seqpack_cli.cli import app
-from seqpack_cli.describe import (
+from seqpack_cli.cli.app import app
+from seqpack_cli.errors import ConfigError, PreparedFormatError
+from seqpack_cli.prepare import PrepareConfig, prepare_dataset
+from seqpack_cli.prepared import load_prepared
+from seqpack_cli.stats import PackingStats, sweep
+from seqpack_cli.stats.describe import (
     DEFAULT_SAMPLE_SIZE,
     JSON_SCHEMA,
     StatsReport,
     StatsRequest,
     describe,
 )
-from seqpack_cli.errors import ConfigError, PreparedFormatError
-from seqpack_cli.prepare import PrepareConfig, prepare_dataset
-from seqpack_cli.prepared import load_prepared
-from seqpack_cli.stats import PackingStats
 
 MAX_SEQ_LEN = 256
 
@@ -209,7 +208,7 @@ def test_default_sample_size_is_the_sweeps() -> None:
 def test_importing_describe_is_cheap() -> None:
     # The CLI imports it at start-up: no numpy, duckdb, polars, rich, typer or torch.
     code = (
-        "import sys, seqpack_cli.describe; "
+        "import sys, seqpack_cli.stats.describe; "
         "print(sorted(m for m in ('numpy', 'duckdb', 'polars', 'rich', 'typer', 'torch') "
         "if m in sys.modules))"
     )

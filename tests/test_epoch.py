@@ -19,8 +19,8 @@ from conftest import (
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-import seqpack_cli.epoch as epoch_module
-from seqpack_cli.epoch import EpochPlan, canonical_templates, materialize_epoch
+import seqpack_cli.epoch.plan as epoch_module
+from seqpack_cli.epoch.plan import EpochPlan, canonical_templates, materialize_epoch
 from seqpack_cli.errors import ConfigError, InputError
 from seqpack_cli.seeding import (
     FeistelFamily,
@@ -252,7 +252,7 @@ def test_seeded_order_mixes_templates() -> None:
 def test_same_bins_in_a_fresh_process() -> None:
     code = (
         "import json, numpy as np; from collections import Counter;"
-        "from seqpack_cli.epoch import EpochPlan;"
+        "from seqpack_cli.epoch.plan import EpochPlan;"
         "t = Counter({(4, 4): 30, (6, 2): 20, (8,): 5});"
         "p = {4: np.arange(60), 6: np.arange(60, 80), 2: np.arange(80, 100),"
         " 8: np.arange(100, 105)};"

@@ -11,18 +11,18 @@ from conftest import reference_packers as reference
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from seqpack_cli.bin_counts import count_bfd_bins, count_ffd_bins, count_mffd_bins
-from seqpack_cli.bin_groups import count_bins, group_templates
-from seqpack_cli.bounds import (
+from seqpack_cli.errors import ConfigError, InputError
+from seqpack_cli.packing.bounds import (
     LowerBound,
     lower_bound,
     lower_bounds,
     lower_bounds_of_lengths,
     residual_lower_bound,
 )
-from seqpack_cli.errors import ConfigError, InputError
-from seqpack_cli.grouped import bfd_groups, ffd_groups
-from seqpack_cli.histogram import (
+from seqpack_cli.packing.counts import count_bfd_bins, count_ffd_bins, count_mffd_bins
+from seqpack_cli.packing.fit import bfd_groups, ffd_groups
+from seqpack_cli.packing.groups import count_bins, group_templates
+from seqpack_cli.packing.histogram import (
     lower_bound_bins,
     pack_length_histogram,
     pack_length_histogram_batched,
@@ -30,8 +30,8 @@ from seqpack_cli.histogram import (
     pack_length_histogram_ffd,
     pack_length_histogram_mffd,
 )
-from seqpack_cli.mffd import mffd_groups
-from seqpack_cli.patterns import pattern_groups
+from seqpack_cli.packing.mffd import mffd_groups
+from seqpack_cli.packing.patterns import pattern_groups
 
 GROUPED = {
     "bfd": (pack_length_histogram_bfd, reference.bfd),

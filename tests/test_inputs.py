@@ -29,10 +29,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from typer.testing import CliRunner
 
-from seqpack_cli import scan
-from seqpack_cli.cli import app
+from seqpack_cli.cli.app import app
 from seqpack_cli.errors import ConfigError, InputError, SeqpackError
-from seqpack_cli.prepare import PrepareConfig, prepare_dataset
+from seqpack_cli.prepare import PrepareConfig, prepare_dataset, scan
 
 
 def _histogram(paths, column: str = "n") -> dict[int, int]:
@@ -267,7 +266,7 @@ def test_case_varied_extensions_and_symlinked_directories_are_all_read(
     os.link(a, data / "hard.parquet")  # a hard link too
     (data / "notes.json").write_text("{}")
     (data / "_SUCCESS").write_text("")
-    with caplog.at_level(logging.WARNING, logger="seqpack_cli.inputs"):
+    with caplog.at_level(logging.WARNING, logger="seqpack_cli.prepare.inputs"):
         files = scan.resolve_inputs([data])
     assert [f.name for f in files] == ["B.PARQUET", "a.parquet", "c.parq", "d.Pq"]
     assert scan.scan_length_histogram(files, "n") == {1: 1000, 2: 1000, 3: 600, 4: 400}
@@ -285,7 +284,7 @@ def test_globs_take_parquet_matches_and_report_the_rest(
     write_parquet(tmp_path / "d" / "sub" / "b.PQ", {"n": [2]})
     write_parquet(tmp_path / "d" / "raw.dat", {"n": [3]})
     (tmp_path / "d" / "sub" / "manifest.json").write_text("{}")
-    with caplog.at_level(logging.WARNING, logger="seqpack_cli.inputs"):
+    with caplog.at_level(logging.WARNING, logger="seqpack_cli.prepare.inputs"):
         assert _histogram([str(tmp_path / "d" / "**")]) == {1: 1, 2: 1}
         assert _histogram([str(tmp_path / "d" / "*")]) == {1: 1, 2: 1}
     assert "not parquet" in caplog.text and "manifest.json" in caplog.text
@@ -382,7 +381,7 @@ def test_a_fifo_is_refused_not_read(tmp_path: Path, caplog: pytest.LogCaptureFix
     error = _without_hanging(lambda: scan.inspect_inputs([fifo], "n"))
     assert isinstance(error, InputError) and "FIFO" in str(error)
     write_parquet(tmp_path / "a.parquet", {"n": [1]})
-    with caplog.at_level(logging.WARNING, logger="seqpack_cli.inputs"):
+    with caplog.at_level(logging.WARNING, logger="seqpack_cli.prepare.inputs"):
         files = _without_hanging(lambda: scan.resolve_inputs([tmp_path]))
     assert files == [tmp_path / "a.parquet"]
     assert "neither regular files nor directories" in caplog.text

@@ -24,12 +24,16 @@ import pytest
 from conftest import ParquetDataset
 from typer.testing import CliRunner
 
-from seqpack_cli import histogram, id_checks, packing, pool_layout, sweep
-from seqpack_cli.cli import app
+from seqpack_cli.checks import MAX_SEQ_LEN_LIMIT, check_max_seq_len
+from seqpack_cli.cli.app import app
 from seqpack_cli.errors import ConfigError, InputError
-from seqpack_cli.lengths import MAX_SEQ_LEN_LIMIT, check_max_seq_len
-from seqpack_cli.pools import reserve_work_file
+from seqpack_cli.packing import histogram
+from seqpack_cli.packing import per_sequence as packing
 from seqpack_cli.prepare import load_prepared
+from seqpack_cli.prepare.pools import id_checks
+from seqpack_cli.prepare.pools import layout as pool_layout
+from seqpack_cli.prepare.pools.engine import reserve_work_file
+from seqpack_cli.stats import sweep
 
 LIMIT = 2**31 - 1
 OVER_LIMIT = [2**31, 2**40, 2**63 - 1, 2**63, 2**64]

@@ -26,11 +26,10 @@ import pytest
 from conftest import write_parquet
 from typer.testing import CliRunner
 
-from seqpack_cli import pool_files
-from seqpack_cli.cli import app
+from seqpack_cli.cli.app import app
 from seqpack_cli.errors import ConfigError, InputError
 from seqpack_cli.prepare import PrepareConfig, prepare_dataset
-from seqpack_cli.prepared import PreparedWriter, load_prepared, write_prepared
+from seqpack_cli.prepared import PreparedWriter, load_prepared, pool_files, write_prepared
 from seqpack_cli.prepared import siblings as siblings_module
 
 COUNTS = {3: 2, 5: 1}
@@ -506,7 +505,7 @@ elif where == "exchange":
 elif where == "renames":
     siblings.rename2 = unsupported
     os.rename = rename
-from seqpack_cli.cli import app
+from seqpack_cli.cli.app import app
 app(["prepare", *args], prog_name="seqpack")
 """
 
@@ -777,7 +776,7 @@ def call(cls, *args, **kwargs):
     return real_call(cls, *args, **kwargs)
 
 enum.EnumType.__call__ = call
-from seqpack_cli.cli import app
+from seqpack_cli.cli.app import app
 app(["prepare", *sys.argv[1:]], prog_name="seqpack")
 """
 

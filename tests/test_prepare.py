@@ -16,16 +16,16 @@ import pytest
 from conftest import ParquetDataset, write_parquet
 from typer.testing import CliRunner
 
-from seqpack_cli.cli import app
-from seqpack_cli.db import MIN_MEMORY_LIMIT
+from seqpack_cli.checks import MAX_SEQ_LEN_LIMIT
+from seqpack_cli.cli.app import app
 from seqpack_cli.errors import ConfigError, InputError, PreparedFormatError
-from seqpack_cli.histogram import (
+from seqpack_cli.packing.histogram import (
     lower_bound_bins,
     pack_length_histogram,
     pack_length_histogram_batched,
 )
-from seqpack_cli.lengths import MAX_SEQ_LEN_LIMIT
 from seqpack_cli.prepare import PrepareConfig, load_prepared, prepare_dataset
+from seqpack_cli.prepare.db import MIN_MEMORY_LIMIT
 from seqpack_cli.prepared import FORMAT_VERSION
 
 
@@ -346,7 +346,7 @@ def test_a_full_disk_is_one_clear_error_and_leaves_nothing(
 ) -> None:
     import errno
 
-    from seqpack_cli import pool_files
+    from seqpack_cli.prepared import pool_files
 
     real_write_all = pool_files.write_all
 

@@ -20,7 +20,6 @@ import pytest
 from conftest import ParquetDataset
 
 from seqpack_cli.errors import ConfigError, InputError, PreparedFormatError
-from seqpack_cli.pool_files import npy_header
 from seqpack_cli.prepared import (
     FORMAT_VERSION,
     Prepared,
@@ -29,6 +28,7 @@ from seqpack_cli.prepared import (
     pool_file_name,
     write_prepared,
 )
+from seqpack_cli.prepared.pool_files import npy_header
 
 COUNTS = {3: 2, 5: 3, 7: 1}
 POOLS = {3: [40, 10], 5: [2, 99, 50], 7: [8]}
@@ -229,7 +229,7 @@ def test_verify_catches_tampered_bytes(prepared_dir: Path, tmp_path: Path) -> No
 def test_pool_files_are_npy_files_with_their_sha256(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, keep_open: bool
 ) -> None:
-    from seqpack_cli import pool_files
+    from seqpack_cli.prepared import pool_files
 
     if not keep_open:
         monkeypatch.setattr(pool_files, "_RESERVED_FDS", 10**9)  # as if the hard limit were low
@@ -252,7 +252,7 @@ def test_pool_files_are_npy_files_with_their_sha256(
 
 
 def test_pool_files_refuse_too_many_ids_and_report_short_pools(tmp_path: Path) -> None:
-    from seqpack_cli.pool_files import PoolFiles
+    from seqpack_cli.prepared.pool_files import PoolFiles
 
     (tmp_path / "pools").mkdir()
     pools = PoolFiles(tmp_path, {4: 2, 5: 1})

@@ -30,8 +30,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from typer.testing import CliRunner
 
-from seqpack_cli.cli import app
-from seqpack_cli.epoch import EpochPlan
+from seqpack_cli.cli.app import app
+from seqpack_cli.epoch.plan import EpochPlan
 from seqpack_cli.errors import PreparedFormatError
 from seqpack_cli.prepare import PrepareConfig, prepare_dataset
 from seqpack_cli.prepared import load_prepared, templates_to_json, write_prepared
@@ -96,7 +96,7 @@ from collections import Counter
 
 import numpy as np
 
-from seqpack_cli.epoch import EpochPlan
+from seqpack_cli.epoch.plan import EpochPlan
 from seqpack_cli.prepared import load_prepared, reader, write_prepared
 
 

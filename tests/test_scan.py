@@ -1,4 +1,4 @@
-"""seqpack_cli.scan: inputs, footer checks, the DuckDB histogram and the pools pass.
+"""seqpack_cli.prepare.scan: inputs, footer checks, the DuckDB histogram and the pools pass.
 
 Every SQL result is checked against a numpy oracle computed from the same parquet data.
 """
@@ -15,9 +15,12 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from test_architecture import import_graph
 
-from seqpack_cli import id_checks, pool_layout, pool_split, scan
-from seqpack_cli import pools as pools_module
 from seqpack_cli.errors import InputError
+from seqpack_cli.prepare import scan
+from seqpack_cli.prepare.pools import engine as pools_module
+from seqpack_cli.prepare.pools import id_checks
+from seqpack_cli.prepare.pools import layout as pool_layout
+from seqpack_cli.prepare.pools import split as pool_split
 
 SQL_DIR = Path(__file__).resolve().parent.parent / "sql"
 
@@ -399,7 +402,7 @@ def test_bounded_id_spans_are_never_sorted(
     def refuse(*args, **kwargs):
         raise AssertionError("sorted or split pools on the id-map path")
 
-    from seqpack_cli import pools
+    from seqpack_cli.prepare.pools import engine as pools
 
     monkeypatch.setattr(pool_split, "sort_pools", refuse)
     monkeypatch.setattr(pool_split, "merged_runs", refuse)
@@ -411,7 +414,8 @@ def test_bounded_id_spans_are_never_sorted(
 
 
 def test_footer_id_bounds_pick_the_path(tmp_path: Path) -> None:
-    from seqpack_cli import id_map, pools
+    from seqpack_cli.prepare.pools import engine as pools
+    from seqpack_cli.prepare.pools import id_map
 
     ids = np.array([5, 9, 7, 100], dtype=np.int64)
     path = write_parquet(tmp_path / "a.parquet", {"num_tokens": [1, 2, 1, 2], "doc_id": ids})
@@ -438,7 +442,7 @@ def test_footer_id_bounds_pick_the_path(tmp_path: Path) -> None:
 
 
 def test_ids_outside_the_footer_bounds_mean_changed_inputs() -> None:
-    from seqpack_cli import id_map
+    from seqpack_cli.prepare.pools import id_map
 
     ids = id_map.IdMap(pool_layout.Layout({3: 2}), 10, 20, 100)
     ids.add(np.array([3]), np.array([10]))
@@ -449,6 +453,6 @@ def test_ids_outside_the_footer_bounds_mean_changed_inputs() -> None:
 def test_the_pools_pass_builds_on_scan_not_the_reverse() -> None:
     # scan used to re-export scan_pools lazily, hiding a cycle scan -> pools -> scan.
     graph = import_graph()
-    assert "seqpack_cli.scan" in graph["seqpack_cli.pools"]
-    assert "seqpack_cli.pools" not in graph["seqpack_cli.scan"]
+    assert "seqpack_cli.prepare.scan" in graph["seqpack_cli.prepare.pools.engine"]
+    assert "seqpack_cli.prepare.pools.engine" not in graph["seqpack_cli.prepare.scan"]
     assert not hasattr(scan, "scan_pools")

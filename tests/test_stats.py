@@ -14,10 +14,10 @@ from conftest import REFERENCE_LENGTHS, REFERENCE_POOLS, REFERENCE_TEMPLATES
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from seqpack_cli.bounds import lower_bound
-from seqpack_cli.epoch import EpochPlan
+from seqpack_cli.epoch.plan import EpochPlan
 from seqpack_cli.errors import ConfigError, InputError
-from seqpack_cli.histogram import pack_length_histogram_batched
+from seqpack_cli.packing.bounds import lower_bound
+from seqpack_cli.packing.histogram import pack_length_histogram_batched
 from seqpack_cli.stats import PackingStats
 
 SETTINGS = settings(max_examples=40, deadline=None)
@@ -262,9 +262,9 @@ def test_stats_sit_below_epochs() -> None:
     from test_architecture import import_graph
 
     graph = import_graph()
-    reached, todo = set(), ["seqpack_cli.stats"]
+    reached, todo = set(), ["seqpack_cli.packing.efficiency"]
     while todo:
         for target in graph[todo.pop()] - reached:
             reached.add(target)
             todo.append(target)
-    assert "seqpack_cli.epoch" not in reached, sorted(reached)
+    assert "seqpack_cli.epoch.plan" not in reached, sorted(reached)

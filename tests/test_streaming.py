@@ -11,7 +11,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from seqpack_cli.errors import ConfigError, InputError
-from seqpack_cli.streaming import pack_stream
+from seqpack_cli.packing.online import pack_stream
 
 Item = tuple[int, int]  # (item index, length): distinct items, so "exactly once" is checkable
 
@@ -167,7 +167,7 @@ def test_overlong_error_comes_when_the_item_is_reached() -> None:
 
 def test_overlong_drop_skips_and_logs_the_count(caplog: pytest.LogCaptureFixture) -> None:
     lengths = [3, 12, 4, 15, 2, 11]
-    with caplog.at_level(logging.WARNING, logger="seqpack_cli.streaming"):
+    with caplog.at_level(logging.WARNING, logger="seqpack_cli.packing.online"):
         bins = list(pack_stream(_items(lengths), 10, length_fn=_length, overlong="drop"))
     assert sorted(item for b in bins for item in b) == [(0, 3), (2, 4), (4, 2)]
     (record,) = caplog.records
@@ -179,7 +179,7 @@ def test_overlong_drop_logs_even_when_the_consumer_stops_early(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
     stream = pack_stream([[0] * 20, [0] * 3, [0] * 4], 10, overlong="drop", buffer_size=1)
-    with caplog.at_level(logging.WARNING, logger="seqpack_cli.streaming"):
+    with caplog.at_level(logging.WARNING, logger="seqpack_cli.packing.online"):
         next(stream)
         stream.close()  # type: ignore[attr-defined]
     assert any("dropped 1 item(s)" in r.getMessage() for r in caplog.records)

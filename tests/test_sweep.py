@@ -10,11 +10,11 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from seqpack_cli.bounds import LowerBound
 from seqpack_cli.errors import ConfigError, InputError
-from seqpack_cli.histogram import pack_length_histogram_batched
+from seqpack_cli.packing.bounds import LowerBound
+from seqpack_cli.packing.histogram import pack_length_histogram_batched
 from seqpack_cli.stats import PackingStats
-from seqpack_cli.sweep import (
+from seqpack_cli.stats.sweep import (
     bucket_lengths,
     estimate_sequential_packing,
     linear_edges,

@@ -11,7 +11,7 @@ import argparse
 import sys
 from collections.abc import Sequence
 
-from seqpack_cli.cli import app
+from seqpack_cli.cli.app import app
 
 __all__ = ["main"]
 

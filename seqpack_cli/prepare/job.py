@@ -19,9 +19,9 @@ from pathlib import Path
 from typing import Any
 
 from seqpack_cli import __version__
+from seqpack_cli.checks import MAX_SEQ_LEN_LIMIT, check_max_seq_len, check_max_seqs_per_bin
 from seqpack_cli.errors import ConfigError, InputError, option
 from seqpack_cli.interrupts import signals_held
-from seqpack_cli.lengths import MAX_SEQ_LEN_LIMIT, check_max_seq_len, check_max_seqs_per_bin
 from seqpack_cli.prepared import (
     COUNTS_NAME,
     FORMAT_NAME,
@@ -73,7 +73,7 @@ class PrepareConfig:
 
     def __post_init__(self) -> None:
         with signals_held():  # the first import of DuckDB, which a signal must not cut short
-            from seqpack_cli.scan import check_memory_limit, check_temp_dir
+            from seqpack_cli.prepare.scan import check_memory_limit, check_temp_dir
 
         inputs = self.inputs
         if isinstance(inputs, (str, os.PathLike)):
@@ -110,7 +110,7 @@ class PrepareConfig:
 
 
 def _pack(counts: Mapping[int, int], config: PrepareConfig) -> Counter[tuple[int, ...]]:
-    from seqpack_cli.histogram import pack_length_histogram, pack_length_histogram_batched
+    from seqpack_cli.packing.histogram import pack_length_histogram, pack_length_histogram_batched
 
     packer = pack_length_histogram_batched if config.packer == "batched" else pack_length_histogram
     return packer(counts, config.max_seq_len, max_seqs_per_bin=config.max_seqs_per_bin)
@@ -243,15 +243,15 @@ def prepare_dataset(config: PrepareConfig, *, progress: ProgressCallback | None 
     Output bytes depend only on the inputs' contents and the packing options, not on `threads`
     or on the order the inputs were named in.
     """
-    from seqpack_cli.pools import scan_pools
-    from seqpack_cli.scan import (
+    from seqpack_cli.packing.efficiency import PackingStats
+    from seqpack_cli.prepare.pools.engine import scan_pools
+    from seqpack_cli.prepare.scan import (
         close_connection,
         connect,
         inspect_inputs,
         length_histogram,
         resolve_inputs,
     )
-    from seqpack_cli.stats import PackingStats
 
     started = time.perf_counter()
     output = Path(config.output)

@@ -13,7 +13,6 @@ Part of the training-time runtime: imports neither duckdb nor rich.
 
 from __future__ import annotations
 
-from seqpack_cli.pool_files import pool_file_name
 from seqpack_cli.prepared.layout import (
     COUNTS_NAME,
     FORMAT_NAME,
@@ -24,6 +23,7 @@ from seqpack_cli.prepared.layout import (
     counts_to_json,
     templates_to_json,
 )
+from seqpack_cli.prepared.pool_files import pool_file_name
 from seqpack_cli.prepared.reader import PoolMap, load_prepared
 from seqpack_cli.prepared.siblings import recover_siblings
 from seqpack_cli.prepared.writer import PreparedWriter, check_output, write_prepared

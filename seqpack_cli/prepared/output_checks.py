@@ -16,8 +16,8 @@ from pathlib import Path
 from typing import Any
 
 from seqpack_cli.errors import ConfigError, option
-from seqpack_cli.pool_files import POOLS_DIR
 from seqpack_cli.prepared.layout import COUNTS_NAME, FORMAT_NAME, MANIFEST_NAME, TEMPLATES_NAME
+from seqpack_cli.prepared.pool_files import POOLS_DIR
 from seqpack_cli.prepared.siblings import name_max
 
 __all__ = ["check_output"]

@@ -32,8 +32,6 @@ from typing import Any
 import numpy as np
 
 from seqpack_cli.errors import PreparedFormatError
-from seqpack_cli.pool_files import POOL_DTYPE as _POOL_DTYPE
-from seqpack_cli.pool_files import POOLS_DIR, npy_header, pool_file_name
 from seqpack_cli.prepared.consistency import (
     check_figures,
     check_templates,
@@ -41,6 +39,8 @@ from seqpack_cli.prepared.consistency import (
     read_templates,
 )
 from seqpack_cli.prepared.layout import COUNTS_NAME, MANIFEST_NAME, TEMPLATES_NAME, Prepared
+from seqpack_cli.prepared.pool_files import POOL_DTYPE as _POOL_DTYPE
+from seqpack_cli.prepared.pool_files import POOLS_DIR, npy_header, pool_file_name
 from seqpack_cli.prepared.schema import check_manifest, parse_json, unusable
 
 __all__ = ["MAX_MAPPED_POOLS", "PoolMap", "load_prepared"]

@@ -23,9 +23,8 @@ from pathlib import Path
 from typing import Any, NoReturn
 
 from seqpack_cli import __version__
+from seqpack_cli.checks import MAX_SEQ_LEN_LIMIT
 from seqpack_cli.errors import PreparedFormatError
-from seqpack_cli.lengths import MAX_SEQ_LEN_LIMIT
-from seqpack_cli.pool_files import POOLS_DIR
 from seqpack_cli.prepared.layout import (
     COUNTS_NAME,
     FORMAT_NAME,
@@ -33,6 +32,7 @@ from seqpack_cli.prepared.layout import (
     MANIFEST_NAME,
     TEMPLATES_NAME,
 )
+from seqpack_cli.prepared.pool_files import POOLS_DIR
 
 __all__ = [
     "INT_RANGE_MAX",

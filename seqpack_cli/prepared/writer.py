@@ -34,8 +34,6 @@ import numpy as np
 from seqpack_cli import __version__
 from seqpack_cli.errors import ConfigError, InputError, PreparedFormatError, option
 from seqpack_cli.interrupts import Interrupts, signal_exception, signal_name, signals_blocked
-from seqpack_cli.pool_files import POOL_DTYPE as _POOL_DTYPE
-from seqpack_cli.pool_files import POOLS_DIR, PoolFiles
 from seqpack_cli.prepared import siblings  # siblings.rename2 looked up at each call (tests stub it)
 from seqpack_cli.prepared.consistency import check_figures, check_templates, read_templates
 from seqpack_cli.prepared.layout import (
@@ -48,6 +46,8 @@ from seqpack_cli.prepared.layout import (
     templates_to_json,
 )
 from seqpack_cli.prepared.output_checks import check_output
+from seqpack_cli.prepared.pool_files import POOL_DTYPE as _POOL_DTYPE
+from seqpack_cli.prepared.pool_files import POOLS_DIR, PoolFiles
 from seqpack_cli.prepared.schema import check_manifest
 from seqpack_cli.prepared.siblings import (
     OLD,

@@ -25,8 +25,8 @@ from concurrent.futures import Future, ThreadPoolExecutor
 
 import numpy as np
 
-from seqpack_cli import pool_layout
-from seqpack_cli.pool_layout import Layout, PoolAppend, changed_error
+from seqpack_cli.prepare.pools import layout as pool_layout
+from seqpack_cli.prepare.pools.layout import Layout, PoolAppend, changed_error
 from seqpack_cli.progress import ProgressCallback
 
 __all__ = ["IdMap", "fits"]

@@ -5,14 +5,14 @@ exactly as possible, then repeat that bin (the pattern) as often as the counts a
 is repeated until one of its lengths has fewer copies left than it needs, so the number of
 patterns stays close to the number of distinct lengths, whatever the number of sequences. On
 realistic length distributions it reaches the lower bound where BFD/FFD leave thousands of bins
-of slack; `seqpack_cli.histogram` runs it first.
+of slack; `seqpack_cli.packing.histogram` runs it first.
 """
 
 from __future__ import annotations
 
 import numpy as np
 
-from seqpack_cli.bin_groups import Group
+from seqpack_cli.packing.groups import Group
 
 __all__ = ["MAX_PATTERN_SEQ_LEN", "pattern_groups"]
 

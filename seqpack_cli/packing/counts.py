@@ -1,7 +1,7 @@
 """How many bins BFD, FFD and MFFD would use, without building their templates.
 
 The engine needs a classic strategy's templates only when it beats the best packing so far, and
-on many histograms none does: these count-only twins of `seqpack_cli.grouped` (uncapped only)
+on many histograms none does: these count-only twins of `seqpack_cli.packing.fit` (uncapped only)
 track rooms alone, no templates, which makes them about three times faster, and they stop, with
 None, as soon as they have opened `limit` bins (bins are never closed, so from there they cannot
 do better) or a lower bound shows they will. Each returns exactly the number of bins of its
@@ -14,10 +14,10 @@ import bisect
 import heapq
 from operator import itemgetter
 
-from seqpack_cli.bin_groups import count_bins
-from seqpack_cli.bounds import residual_lower_bound
-from seqpack_cli.grouped import bfd_groups
-from seqpack_cli.mffd import drop_used_up, greedy_fill, take_small_pair
+from seqpack_cli.packing.bounds import residual_lower_bound
+from seqpack_cli.packing.fit import bfd_groups
+from seqpack_cli.packing.groups import count_bins
+from seqpack_cli.packing.mffd import drop_used_up, greedy_fill, take_small_pair
 
 __all__ = ["count_bfd_bins", "count_ffd_bins", "count_mffd_bins"]
 

@@ -1,8 +1,8 @@
-"""`seqpack stats`: parse the options, call `seqpack_cli.describe.describe`, render the report.
+"""`seqpack stats`: parse the options, call `stats.describe.describe`, render the report.
 
-The figures and the `--json` document come from `seqpack_cli.describe` (its docstring gives the
-document's keys and their meaning); the terminal report from `seqpack_cli.report`, the HTML page
-from `seqpack_cli.html_report`. Those (numpy, rich) are imported inside the command so
+The figures and the `--json` document come from `seqpack_cli.stats.describe` (its docstring
+gives the document's keys and their meaning); the terminal report from `stats.report`, the HTML
+page from `stats.html`. Those (numpy, rich) are imported inside the command so
 `seqpack --help` stays fast.
 """
 
@@ -13,20 +13,20 @@ from typing import Annotated, Any
 
 import typer
 
-from seqpack_cli.cli_options import (
+from seqpack_cli.cli.options import (
     MaxSeqsPerBinOption,
     MemoryLimitOption,
     TempDirOption,
     ThreadsOption,
 )
-from seqpack_cli.describe import (
+from seqpack_cli.progress import rich_progress
+from seqpack_cli.stats.describe import (
     DEFAULT_SAMPLE_SIZE,
     JSON_SCHEMA,
     StatsReport,
     StatsRequest,
     describe,
 )
-from seqpack_cli.progress import rich_progress
 
 __all__ = ["STATS_EPILOG", "stats"]
 
@@ -39,10 +39,11 @@ STATS_EPILOG = (
     "sample of --sample-size sequences drawn from the length histogram and scaled to the "
     "dataset: an estimate, marked *, costing ~0.1 s per max_seq_len at any size (exact for a "
     "dataset no larger than the sample). The order of your files is not used: the histogram "
-    "does not keep it; seqpack_cli.sweep.next_fit_num_bins(lengths, max_seq_len) gives the "
+    "does not keep it; seqpack_cli.stats.sweep.next_fit_num_bins(lengths, max_seq_len) gives the "
     "file-order figure from Python."
     "\n\n"
-    "--json prints the document seqpack_cli.describe.describe(request).to_dict() returns; that "
+    "--json prints the document seqpack_cli.stats.describe.describe(request).to_dict() returns; "
+    "that "
     "module documents each key. Prepared directory: "
     + ", ".join(JSON_SCHEMA["prepared"])
     + ". Sweep: "
@@ -58,7 +59,7 @@ def _parse_max_seq_lens(values: list[str]) -> list[int]:
 
     Every value is checked before any input is read: one over seqpack's limit is a `ConfigError`.
     """
-    from seqpack_cli.lengths import check_max_seq_len
+    from seqpack_cli.checks import check_max_seq_len
 
     parsed: list[int] = []
     for value in values:
@@ -117,8 +118,8 @@ def _render(report: StatsReport, *, html: Path | None, quiet: bool, json_output:
     """The HTML page (`--html`), then the JSON document (`--json`) or the terminal report."""
     from rich.console import Console
 
-    from seqpack_cli.html_report import render_profile_html, render_sweep_html, write_html_report
-    from seqpack_cli.report import render_profile, render_sweep
+    from seqpack_cli.stats.html import render_profile_html, render_sweep_html, write_html_report
+    from seqpack_cli.stats.report import render_profile, render_sweep
 
     title = _title(report)
     console = Console()

@@ -9,7 +9,7 @@ from typing import Annotated, Any
 
 import typer
 
-from seqpack_cli.cli_options import (
+from seqpack_cli.cli.options import (
     JsonOption,
     LengthColumnOption,
     MaxSeqLenOption,

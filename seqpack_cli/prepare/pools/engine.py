@@ -34,15 +34,15 @@ import duckdb
 import numpy as np
 import pyarrow.parquet as pq
 
-from seqpack_cli import id_map, pool_layout
 from seqpack_cli.errors import ConfigError, InputError, option
-from seqpack_cli.id_checks import check_duplicates, id_check
 from seqpack_cli.interrupts import signals_held
-from seqpack_cli.pool_layout import Layout, PoolAppend, num_workers
-from seqpack_cli.pool_scatter import scatter
-from seqpack_cli.pool_split import split_pools
-from seqpack_cli.progress import ProgressCallback
-from seqpack_cli.scan import (
+from seqpack_cli.prepare.pools import id_map
+from seqpack_cli.prepare.pools import layout as pool_layout
+from seqpack_cli.prepare.pools.id_checks import check_duplicates, id_check
+from seqpack_cli.prepare.pools.layout import Layout, PoolAppend, num_workers
+from seqpack_cli.prepare.pools.scatter import scatter
+from seqpack_cli.prepare.pools.split import split_pools
+from seqpack_cli.prepare.scan import (
     InputFile,
     first_line,
     load_sql,
@@ -51,6 +51,7 @@ from seqpack_cli.scan import (
     read_error,
     read_params,
 )
+from seqpack_cli.progress import ProgressCallback
 
 __all__ = ["PoolScan", "reserve_work_file", "scan_pools"]
 

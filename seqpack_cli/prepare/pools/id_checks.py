@@ -19,7 +19,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from seqpack_cli.errors import ConfigError, InputError, option
-from seqpack_cli.scan import (
+from seqpack_cli.prepare.scan import (
     InputFile,
     duckdb_path,
     load_sql,

@@ -1,6 +1,6 @@
 """Terminal rendering of `seqpack stats`: rich tables and text bar charts.
 
-Pure presentation: every figure comes from `seqpack_cli.sweep` (a `PackingProfile` for a prepared
+Pure presentation: every figure comes from `stats.sweep` (a `PackingProfile` for a prepared
 directory, a `SweepResult` for a `max_seq_len` sweep); nothing is computed here except shares and
 bar widths. The helpers `format_template`, `format_percent`, `efficiency_style`, `profile_figures`
 and `template_cells` are shared with the HTML report so both read the same.
@@ -15,8 +15,8 @@ from rich.console import Console, Group, RenderableType
 from rich.table import Table
 from rich.text import Text
 
-from seqpack_cli.stats import PackingStats
-from seqpack_cli.sweep import (
+from seqpack_cli.packing.efficiency import PackingStats
+from seqpack_cli.stats.sweep import (
     NO_PACKING_DESCRIPTION,
     SEQUENTIAL_DESCRIPTION,
     BaselineStats,

@@ -19,8 +19,8 @@ import typer
 from typer.core import TyperGroup
 
 from seqpack_cli import __version__
-from seqpack_cli.cli_prepare import prepare
-from seqpack_cli.cli_stats import STATS_EPILOG, stats
+from seqpack_cli.cli.prepare import prepare
+from seqpack_cli.cli.stats import STATS_EPILOG, stats
 from seqpack_cli.errors import SeqpackError
 from seqpack_cli.interrupts import Interrupts, Terminated
 

@@ -14,8 +14,8 @@ from pathlib import Path
 
 import numpy as np
 
-from seqpack_cli import pool_layout
-from seqpack_cli.pool_layout import Layout, changed_error
+from seqpack_cli.prepare.pools import layout as pool_layout
+from seqpack_cli.prepare.pools.layout import Layout, changed_error
 from seqpack_cli.progress import ProgressCallback
 
 __all__ = ["scatter"]

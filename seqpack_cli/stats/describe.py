@@ -2,7 +2,7 @@
 
 `describe(StatsRequest(...))` decides the mode from the request and returns a `StatsReport`;
 `StatsReport.to_dict()` is the document `seqpack stats --json` prints, and the CLI only renders
-it (terminal: `seqpack_cli.report`, HTML: `seqpack_cli.html_report`).
+it (terminal: `seqpack_cli.stats.report`, HTML: `seqpack_cli.stats.html`).
 
 The mode:
 
@@ -65,7 +65,7 @@ from seqpack_cli.interrupts import signals_held
 from seqpack_cli.progress import ProgressCallback
 
 if TYPE_CHECKING:
-    from seqpack_cli.sweep import PackingProfile, SweepResult
+    from seqpack_cli.stats.sweep import PackingProfile, SweepResult
 
 __all__ = ["DEFAULT_SAMPLE_SIZE", "JSON_SCHEMA", "StatsReport", "StatsRequest", "describe"]
 
@@ -151,7 +151,7 @@ class StatsRequest:
     prepared_dir: str | None = field(init=False)
 
     def __post_init__(self) -> None:
-        from seqpack_cli.lengths import check_max_seq_len, check_max_seqs_per_bin
+        from seqpack_cli.checks import check_max_seq_len, check_max_seqs_per_bin
 
         if isinstance(self.inputs, str | os.PathLike):
             object.__setattr__(self, "inputs", (self.inputs,))
@@ -301,7 +301,7 @@ class StatsReport:
 def describe(request: StatsRequest, *, progress: ProgressCallback | None = None) -> StatsReport:
     """Describe a prepared directory, or compare `request.max_seq_lens` on its lengths or on
     parquet inputs; see the module docstring for the modes and the document."""
-    from seqpack_cli.sweep import profile_packing, sweep_max_seq_len
+    from seqpack_cli.stats.sweep import profile_packing, sweep_max_seq_len
 
     options: dict[str, Any] = {
         "max_seqs_per_bin": request.max_seqs_per_bin,
@@ -325,7 +325,7 @@ def describe(request: StatsRequest, *, progress: ProgressCallback | None = None)
         )
         return StatsReport(request, "prepared", path, manifest, profile=profile)
     with signals_held():  # a signal must not land inside DuckDB's initialisation (it aborts)
-        from seqpack_cli.scan import resolve_inputs, scan_length_histogram
+        from seqpack_cli.prepare.scan import resolve_inputs, scan_length_histogram
     files = resolve_inputs(request.inputs)
     counts = scan_length_histogram(
         files,

@@ -36,8 +36,8 @@ from typing import Any, Protocol
 import duckdb
 
 from seqpack_cli.errors import ConfigError, InputError, SeqpackError, option
-from seqpack_cli.inputs import GLOB_CHARS
 from seqpack_cli.interrupts import signals_held
+from seqpack_cli.prepare.inputs import GLOB_CHARS
 from seqpack_cli.progress import ProgressCallback
 
 __all__ = [
@@ -70,7 +70,7 @@ def load_sql(name: str) -> str:
     if packaged.is_file():
         return packaged.read_text(encoding="utf-8")
     # An editable install maps only the package directory; the SQL then sits next to it.
-    checkout = Path(__file__).resolve().parent.parent / "sql" / f"{name}.sql"
+    checkout = Path(__file__).resolve().parents[2] / "sql" / f"{name}.sql"
     return checkout.read_text(encoding="utf-8")
 
 
@@ -135,7 +135,7 @@ def _real_names(text: str) -> str:
 
 
 class ReadFile(Protocol):
-    """What `read_params` needs of an input (`seqpack_cli.scan.InputFile` has it)."""
+    """What `read_params` needs of an input (`seqpack_cli.prepare.scan.InputFile` has it)."""
 
     @property
     def path(self) -> Path: ...

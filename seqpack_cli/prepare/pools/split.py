@@ -16,9 +16,9 @@ from pathlib import Path
 
 import numpy as np
 
-from seqpack_cli import pool_layout
-from seqpack_cli.id_checks import IdCheck
-from seqpack_cli.pool_layout import Layout, PoolAppend, read_ids
+from seqpack_cli.prepare.pools import layout as pool_layout
+from seqpack_cli.prepare.pools.id_checks import IdCheck
+from seqpack_cli.prepare.pools.layout import Layout, PoolAppend, read_ids
 from seqpack_cli.progress import ProgressCallback
 
 __all__ = ["merged_runs", "sort_pools", "split_pools"]

@@ -7,7 +7,7 @@ and a length's whole count at a time, so its cost does not grow with the number 
 
 Both take `limit`: the bins of the best packing found so far. Bins are only ever opened, never
 closed, so a strategy stops and returns None as soon as it has opened `limit` bins: it can no
-longer do better. (MFFD, the third classic, is in `seqpack_cli.mffd`.)
+longer do better. (MFFD, the third classic, is in `seqpack_cli.packing.mffd`.)
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ import heapq
 from operator import itemgetter
 from typing import Any
 
-from seqpack_cli.bin_groups import Group, Node
+from seqpack_cli.packing.groups import Group, Node
 
 __all__ = ["bfd_groups", "ffd_groups"]
 

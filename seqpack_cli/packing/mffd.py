@@ -1,7 +1,7 @@
 """Johnson and Garey's modified first-fit decreasing (MFFD) on a histogram, in O(groups) steps.
 
 "A 71/60 theorem for bin packing" (J. Complexity 1985). Like the strategies of
-`seqpack_cli.grouped` it is exactly its per-item version (benchmarks/reference_packers.py) on
+`seqpack_cli.packing.fit` it is exactly its per-item version (benchmarks/reference_packers.py) on
 the lengths sorted longest first, moves runs of identical bins together, and stops with None
 once it cannot use fewer bins than `limit`.
 """
@@ -11,9 +11,9 @@ from __future__ import annotations
 import bisect
 from typing import Any
 
-from seqpack_cli.bin_groups import Group
-from seqpack_cli.bounds import residual_lower_bound
-from seqpack_cli.grouped import ffd_groups
+from seqpack_cli.packing.bounds import residual_lower_bound
+from seqpack_cli.packing.fit import ffd_groups
+from seqpack_cli.packing.groups import Group
 
 __all__ = ["drop_used_up", "greedy_fill", "mffd_groups", "take_small_pair"]
 

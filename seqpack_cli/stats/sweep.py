@@ -29,17 +29,17 @@ from typing import Any
 
 import numpy as np
 
-from seqpack_cli.bounds import LowerBound, lower_bounds_of_lengths
-from seqpack_cli.errors import ConfigError, InputError, option
-from seqpack_cli.histogram import BinTemplate, pack_length_histogram_batched
-from seqpack_cli.lengths import (
+from seqpack_cli.checks import (
     MAX_SEQ_LEN_LIMIT,
     check_max_seq_len,
     check_max_seqs_per_bin,
     validate_length_array,
 )
+from seqpack_cli.errors import ConfigError, InputError, option
+from seqpack_cli.packing.bounds import LowerBound, lower_bounds_of_lengths
+from seqpack_cli.packing.efficiency import PackingStats, fill_figures
+from seqpack_cli.packing.histogram import BinTemplate, pack_length_histogram_batched
 from seqpack_cli.progress import ProgressCallback
-from seqpack_cli.stats import PackingStats, fill_figures
 from seqpack_cli.templates import packed_lengths
 
 __all__ = [

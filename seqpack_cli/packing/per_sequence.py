@@ -6,9 +6,6 @@ lengths are packed as a histogram by `pack_length_histogram_batched` and the ids
 in sorted or seed-shuffled order, are dealt to the template slots with numpy: no per-sequence
 Python loop, and never more bins than per-item FFD, BFD or MFFD. With `tolerance > 1` the
 reference algorithm runs as written (sort with bucket shuffle, then one sequence at a time).
-
-This module also re-exports the histogram and epoch names, so that every name the reference
-imports from `seqpack.packing` imports from `seqpack_cli.packing`.
 """
 
 from __future__ import annotations
@@ -20,32 +17,19 @@ from typing import Any
 
 import numpy as np
 
-from seqpack_cli.epoch import EpochPlan, materialize_epoch
-from seqpack_cli.histogram import (
-    BinTemplate,
-    pack_length_histogram,
-    pack_length_histogram_batched,
-)
-from seqpack_cli.lengths import (
+from seqpack_cli.checks import (
     check_max_seq_len,
     check_max_seqs_per_bin,
     check_seed,
     check_tolerance,
     validate_length_array,
 )
-from seqpack_cli.seeding import seed_from_components, shuffle_bins
+from seqpack_cli.packing.histogram import BinTemplate, pack_length_histogram_batched
 
 __all__ = [
-    "BinTemplate",
-    "EpochPlan",
     "greedy_pack_sequences",
     "heap_pack_sequences",
     "length_histogram_from_lengths",
-    "materialize_epoch",
-    "pack_length_histogram",
-    "pack_length_histogram_batched",
-    "seed_from_components",
-    "shuffle_bins",
     "sort_indices_by_length",
 ]
 

@@ -10,7 +10,7 @@ virtual index h = (B - 1) * q, interpolated linearly between the two neighbourin
 template path evaluates the same formula on (distinct fullness, number of bins) pairs, without
 expanding the bins, so it costs O(distinct templates) whatever the multiplicities.
 
-`lower_bound_bins` is the engine's bound (`seqpack_cli.bounds`) on the packed lengths: by volume,
+`lower_bound_bins` is the engine's bound (`packing.bounds`) on the packed lengths: by volume,
 Martello and Toth's L2, the sequences that cannot share a bin, and ceil(sequences / cap) when
 the packing was made with `max_seqs_per_bin`. Pass that cap, or the bound leaves it out.
 """
@@ -26,9 +26,9 @@ from typing import Any
 
 import numpy as np
 
-from seqpack_cli.bounds import lower_bounds_of_lengths
+from seqpack_cli.checks import check_max_seqs_per_bin
 from seqpack_cli.errors import ConfigError, InputError, option
-from seqpack_cli.lengths import check_max_seqs_per_bin
+from seqpack_cli.packing.bounds import lower_bounds_of_lengths
 from seqpack_cli.templates import canonical_templates, packed_lengths
 
 __all__ = ["PackingStats"]
@@ -93,7 +93,7 @@ class PackingStats:
 
     `efficiency` = num_tokens / capacity (capacity = num_bins * max_seq_len) and the fullness
     percentiles are fractions in [0, 1]; `lower_bound_bins` is the strongest bound the engine
-    knows on the bins any packing of these sequences needs (`seqpack_cli.bounds.LowerBound`), at
+    knows on the bins any packing of these sequences needs (`packing.bounds.LowerBound`), at
     least ceil(num_tokens / max_seq_len). Empty input gives all zeros.
     """
 

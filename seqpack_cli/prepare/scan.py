@@ -2,13 +2,13 @@
 
 The first pass (DESIGN.md decision 6): `length_histogram` is one cheap GROUP BY over the length
 column, and bad lengths (NULL, <= 0) are refused here, before any heavy work. The second pass,
-over (length, id), lives in `seqpack_cli.pools` (`scan_pools`), which builds on this module.
+over (length, id), lives in `prepare.pools.engine` (`scan_pools`), which builds on this module.
 
-Inputs are resolved by `seqpack_cli.inputs` (`resolve_inputs`: files, globs, directories; nothing
+Inputs are resolved by `prepare.inputs` (`resolve_inputs`: files, globs, directories; nothing
 left out or counted twice without a word) and their footers checked here (`inspect_inputs`: row
 counts, schema, column types, names DuckDB could confuse) before DuckDB reads a row. The DuckDB
 side (connection, settings, SQL, error wording, how paths and columns are bound) is in
-`seqpack_cli.db`. The names other modules import from here keep working: they are re-exported.
+`prepare.db`. The names other modules import from here keep working: they are re-exported.
 """
 
 from __future__ import annotations
@@ -22,7 +22,8 @@ import duckdb
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from seqpack_cli.db import (
+from seqpack_cli.errors import InputError, option
+from seqpack_cli.prepare.db import (
     check_memory_limit,
     check_temp_dir,
     close_connection,
@@ -35,8 +36,7 @@ from seqpack_cli.db import (
     read_error,
     read_params,
 )
-from seqpack_cli.errors import InputError, option
-from seqpack_cli.inputs import PARQUET_SUFFIXES, not_regular, resolve_inputs
+from seqpack_cli.prepare.inputs import PARQUET_SUFFIXES, not_regular, resolve_inputs
 from seqpack_cli.progress import ProgressCallback
 
 __all__ = [

@@ -2,8 +2,8 @@
 
 Inline CSS and inline SVG charts only: no script, no web font, no image or stylesheet fetched from
 anywhere, so the file works offline and in mail attachments. Every string that comes from the
-data (paths, column names) is escaped. The figures come from `seqpack_cli.sweep`, the wording and
-number formats from `seqpack_cli.report`, so the page reads like the terminal report.
+data (paths, column names) is escaped. The figures come from `stats.sweep`, the wording and
+number formats from `stats.report`, so the page reads like the terminal report.
 """
 
 from __future__ import annotations
@@ -13,14 +13,14 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from seqpack_cli.errors import ConfigError
-from seqpack_cli.report import (
+from seqpack_cli.stats.report import (
     efficiency_style,
     format_efficiency,
     format_percent,
     profile_figures,
     template_cells,
 )
-from seqpack_cli.sweep import (
+from seqpack_cli.stats.sweep import (
     NO_PACKING_DESCRIPTION,
     SEQUENTIAL_DESCRIPTION,
     BaselineStats,

@@ -3,9 +3,9 @@
 A histogram `{length: count}` is packed into templates: `Counter{(l1 >= l2 >= ...): bins}` with
 every template's sum <= max_seq_len (and, when capped, at most `max_seqs_per_bin` lengths).
 `pack_length_histogram_batched` is the engine: it runs the pattern heuristic
-(`seqpack_cli.patterns`) and the exact grouped BFD, FFD (`seqpack_cli.grouped`) and MFFD
-(`seqpack_cli.mffd`), whose count-only twins (`seqpack_cli.bin_counts`) tell cheaply whether
-they can win, and keeps the best; the lower bounds live in `seqpack_cli.bounds`.
+(`patterns`) and the exact grouped BFD, FFD (`fit`) and MFFD (`mffd`), whose count-only twins
+(`counts`) tell cheaply whether they can win, and keeps the best; the lower bounds live in
+`bounds`.
 """
 
 from __future__ import annotations
@@ -16,13 +16,13 @@ import logging
 from collections import Counter
 from collections.abc import Callable, Iterable, Mapping
 
-from seqpack_cli.bin_counts import count_bfd_bins, count_ffd_bins, count_mffd_bins
-from seqpack_cli.bin_groups import BinTemplate, Group, count_bins, group_templates
-from seqpack_cli.bounds import lower_bound, lower_bounds
-from seqpack_cli.grouped import bfd_groups, ffd_groups
-from seqpack_cli.lengths import check_max_seqs_per_bin, validate_length_counts
-from seqpack_cli.mffd import mffd_groups
-from seqpack_cli.patterns import MAX_PATTERN_SEQ_LEN, pattern_groups
+from seqpack_cli.checks import check_max_seqs_per_bin, validate_length_counts
+from seqpack_cli.packing.bounds import lower_bound, lower_bounds
+from seqpack_cli.packing.counts import count_bfd_bins, count_ffd_bins, count_mffd_bins
+from seqpack_cli.packing.fit import bfd_groups, ffd_groups
+from seqpack_cli.packing.groups import BinTemplate, Group, count_bins, group_templates
+from seqpack_cli.packing.mffd import mffd_groups
+from seqpack_cli.packing.patterns import MAX_PATTERN_SEQ_LEN, pattern_groups
 
 __all__ = [
     "BinTemplate",

@@ -1,0 +1,12 @@
+"""The `seqpack` command: parses options, makes one library call, renders the result.
+
+- `app`: the Typer app, error and signal handling, logging;
+- `options`: option declarations shared by the commands;
+- `prepare`, `stats`: one module per command.
+"""
+
+from __future__ import annotations
+
+from seqpack_cli.cli.app import app
+
+__all__ = ["app"]

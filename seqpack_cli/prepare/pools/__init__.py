@@ -1,0 +1,7 @@
+"""The pools pass: (length, id) rows -> one ascending `pools/{length}.npy` per length.
+
+- `engine`: `scan_pools`, the streaming pass and the choice between the two fill methods;
+- `id_map`: dense id spans, appended straight to the pool files;
+- `scatter`, `split`: sparse ids, scattered to a work file, then sorted and cut into pools;
+- `layout`: the pools' offsets in the work file, shared by both; `id_checks`: duplicate ids.
+"""

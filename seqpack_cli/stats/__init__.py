@@ -1,0 +1,24 @@
+"""Reports on packings: the data `seqpack stats` prints, and how it is rendered.
+
+- `describe`: `StatsRequest` -> `describe()` -> `StatsReport`, whose `to_dict()` is `--json`;
+- `sweep`: the baselines (per-item packers, no packing) and the `max_seq_len` sweep;
+- `report`: the terminal rendering (rich); `html`: the self-contained `--html` page.
+
+`PackingStats` is defined in `seqpack_cli.packing.efficiency` (the prepare job needs it, and it
+sits below the job) and is re-exported here under the reference's path, lazily: importing
+`seqpack_cli.stats.describe` (which the CLI does for `--help`) must not cost numpy.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+__all__ = ["PackingStats"]
+
+
+def __getattr__(name: str) -> Any:
+    if name == "PackingStats":
+        from seqpack_cli.packing.efficiency import PackingStats
+
+        return PackingStats
+    raise AttributeError(f"module 'seqpack_cli.stats' has no attribute {name!r}")
