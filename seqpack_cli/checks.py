@@ -1,4 +1,15 @@
-"""Validation of the length inputs shared by every packer.
+"""Validation at the boundary: every integer argument, and the lengths every packer accepts.
+
+One kind of fault, one error class (`seqpack_cli.errors`):
+- `ConfigError`: an argument or option the caller chose (`max_seq_len`, `seed`, `rank`, a batch
+  size, a CLI flag): fixed by passing another value;
+- `InputError`: a value read from the data (a length, a count, a template, an id): fixed by
+  cleaning the data;
+- `PreparedFormatError`: a `prepared/` directory (`seqpack_cli.prepared.schema`).
+
+`check_int` is the one integer check: bools are refused (True == 1 is almost always a mistake),
+numpy integers and anything with `__index__` are accepted, and the message names the argument,
+the value, what was expected and the fix. The callers pass `error=InputError` only for data.
 
 The packers accept lengths as a flat sequence (Python list, tuple or numpy array of any integer
 dtype) or as a histogram `{length: count}`. Everything is checked here, once, at the boundary:
@@ -11,15 +22,18 @@ limit raises `ConfigError` naming the option.
 from __future__ import annotations
 
 import numbers
+import operator
 from collections.abc import Iterable, Mapping
 from typing import Any
 
 import numpy as np
 
-from seqpack_cli.errors import ConfigError, InputError, option
+from seqpack_cli.errors import ConfigError, InputError, SeqpackError, option
 
 __all__ = [
     "MAX_SEQ_LEN_LIMIT",
+    "check_int",
+    "is_int",
     "check_max_seq_len",
     "check_max_seqs_per_bin",
     "check_seed",
@@ -39,17 +53,59 @@ _OVER_CAP_FIX = (
 )
 
 
-def _is_int(value: Any) -> bool:
-    # bool is an int subclass but never a length; numpy integers are numbers.Integral.
+def is_int(value: Any) -> bool:
+    """Whether `value` is an integer: Python or numpy, never a bool."""
+    # bool is an int subclass but never a count; numpy integers are numbers.Integral.
     return isinstance(value, numbers.Integral) and not isinstance(value, (bool, np.bool_))
 
 
+def check_int(
+    name: str,
+    value: Any,
+    *,
+    minimum: int | None = None,
+    maximum: int | None = None,
+    expected: str | None = None,
+    fix: str | None = None,
+    error: type[SeqpackError] = ConfigError,
+) -> int:
+    """Return `value` as an int, or raise `error` unless it is an integer in [minimum, maximum].
+
+    `name` is the argument as the message shows it (an `option(...)` where it is one);
+    `expected` replaces the default description ("an integer >= minimum"); `fix` says what to do.
+    `error` is `ConfigError` for arguments and options, `InputError` for values from the data.
+    """
+    number: int | None = None
+    if not isinstance(value, (bool, np.bool_)):
+        try:
+            number = operator.index(value)
+        except TypeError:
+            number = None
+    in_range = number is not None and (
+        (minimum is None or number >= minimum) and (maximum is None or number <= maximum)
+    )
+    if number is None or not in_range:
+        if expected is None:
+            expected = _range_words(minimum, maximum)
+        shown = f"the bool {value!r}" if isinstance(value, (bool, np.bool_)) else repr(value)
+        if number is None and not isinstance(value, (bool, np.bool_)):
+            shown += f" of type {type(value).__name__}"
+        raise error(f"{name} is {shown}; expected {expected}" + (f"; {fix}" if fix else ""))
+    return number
+
+
+def _range_words(minimum: int | None, maximum: int | None) -> str:
+    if minimum is not None and maximum is not None:
+        return f"an integer from {minimum} to {maximum}"
+    if minimum == 1:
+        return "a positive integer"
+    if minimum == 0:
+        return "a non-negative integer"
+    return "an integer" if minimum is None else f"an integer >= {minimum}"
+
+
 def _check_int(name: str, value: Any, minimum: int, expected: str, fix: str) -> int:
-    """Return `value` as an int, or raise `ConfigError` unless it is an integer >= `minimum`;
-    `name` is the argument as the message shows it (an `option(...)` where it is one)."""
-    if not _is_int(value) or int(value) < minimum:
-        raise ConfigError(f"{name} must be {expected}, got {value!r}; {fix}")
-    return int(value)
+    return check_int(name, value, minimum=minimum, expected=expected, fix=fix)
 
 
 def check_max_seq_len(max_seq_len: Any) -> int:
@@ -103,12 +159,12 @@ def check_seed(seed: Any) -> int | None:
 def _length_error(value: Any, where: str, max_seq_len: int | None) -> InputError:
     if isinstance(value, float) and value.is_integer():
         value = int(value)  # a whole float from a float array: report it as the count it is
-    if _is_int(value) and max_seq_len is not None and int(value) > max_seq_len:
+    if is_int(value) and max_seq_len is not None and int(value) > max_seq_len:
         return InputError(
             f"length {int(value)} {where} exceeds {option('max_seq_len')} {max_seq_len}; "
             f"{_OVER_CAP_FIX}"
         )
-    if _is_int(value):
+    if is_int(value):
         return InputError(
             f"length {int(value)} {where} is not positive; every length must be an integer "
             f"from 1 to {option('max_seq_len')}: drop empty sequences before packing"
@@ -188,9 +244,9 @@ def validate_length_counts(
         return sorted(((x, c) for x, c in zip(lengths, counts, strict=True) if c), reverse=True)
     merged: dict[int, int] = {}
     for length, count in zip(lengths, counts, strict=True):
-        if not _is_int(length) or not 1 <= int(length) <= max_seq_len:
+        if not is_int(length) or not 1 <= int(length) <= max_seq_len:
             raise _length_error(length, "in the length histogram", max_seq_len)
-        if not _is_int(count) or int(count) < 0:
+        if not is_int(count) or int(count) < 0:
             raise InputError(
                 f"count {count!r} for length {int(length)} in the length histogram is not a "
                 "non-negative integer; counts are numbers of sequences"

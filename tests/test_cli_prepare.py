@@ -272,11 +272,11 @@ CASES: dict[str, tuple[Case, list[str]]] = {
     ),
     "max-seq-len zero": (
         lambda t: _args([_dataset(t)], t / "out", max_seq_len=0),
-        ["--max-seq-len must be a positive integer, got 0", "pass --max-seq-len 1 or more"],
+        ["--max-seq-len is 0; expected a positive integer", "pass --max-seq-len 1 or more"],
     ),
     "max-seqs-per-bin zero": (
         lambda t: _args([_dataset(t)], t / "out", "--max-seqs-per-bin", "0"),
-        ["--max-seqs-per-bin must be a positive integer", "pass --max-seqs-per-bin 1"],
+        ["--max-seqs-per-bin is 0; expected a positive integer", "pass --max-seqs-per-bin 1"],
     ),
     "malformed memory limit": (
         lambda t: _args([_dataset(t)], t / "out", "--memory-limit", "lots"),

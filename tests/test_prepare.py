@@ -270,8 +270,8 @@ def test_summary_bound_counts_sequences_that_cannot_share_a_bin(tmp_path: Path) 
 @pytest.mark.parametrize(
     ("changes", "message"),
     [
-        ({"max_seq_len": 0}, r"max_seq_len must be a positive integer, got 0; pass max_seq_len"),
-        ({"max_seqs_per_bin": 0}, r"max_seqs_per_bin must be a positive integer or None, got 0"),
+        ({"max_seq_len": 0}, r"max_seq_len is 0; expected a positive integer; pass max_seq_len"),
+        ({"max_seqs_per_bin": 0}, r"max_seqs_per_bin is 0; expected a positive integer or None"),
         (
             {"memory_limit": "4 gigs"},
             r"memory_limit is '4 gigs'; expected a size",
