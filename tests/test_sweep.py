@@ -222,7 +222,7 @@ def test_bad_inputs_are_one_line_errors() -> None:
         ({"max_seq_lens": []}, "max_seq_lens: give at least one value", "--max-seq-len: give"),
         ({"max_seq_lens": [0]}, "max_seq_len is 0; expected a positive", "--max-seq-len is 0; expected"),
         ({"sample_size": 0}, "sample_size 0 must be a positive", "--sample-size 0 must be"),
-        ({"max_seqs_per_bin": 0}, "max_seqs_per_bin must be a", "--max-seqs-per-bin must be"),
+        ({"max_seqs_per_bin": 0}, "max_seqs_per_bin is 0; expected a", "--max-seqs-per-bin is 0; expected"),
     ]:
         with pytest.raises(ConfigError) as error:
             sweep_max_seq_len(SMALL, **{"max_seq_lens": [10], **options})
