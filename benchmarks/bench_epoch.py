@@ -19,17 +19,22 @@ Prints, in one run:
 Sections 1 and 3 also time `plan.bin_arrays` (flat int64 ids and CSR offsets, no Python object
 per id) over the whole epoch, in slices of 65,536 bins.
 
-With `--baseline PATH` (an older `epoch.py`, e.g. a copy of the last committed one outside the
-repository; its directory goes on sys.path, so a copied `seeding.py` next to it can be imported by
-it), that version's EpochPlan is timed side by side: in section 1 in the same process, in section
-3 in a fresh child process of its own.
+With `--baseline PATH` (the plan module of an older version: its `epoch/plan.py`, or the
+`epoch.py` of a version from before the `seqpack_cli.epoch` package), that version's EpochPlan is
+timed side by side: in section 1 in the same process, in section 3 in a fresh child process of
+its own. PATH's directory goes on sys.path; a plan that imports its own package needs that
+package under another name, outside the repository, on PYTHONPATH (the child inherits it):
+
+    mkdir /tmp/old && git archive HEAD seqpack_cli | tar -x -C /tmp/old
+    mv /tmp/old/seqpack_cli /tmp/old/base
+    grep -rl seqpack_cli /tmp/old/base | xargs sed -i 's/seqpack_cli/base/g'
+    PYTHONPATH=/tmp/old python benchmarks/bench_epoch.py --baseline /tmp/old/base/epoch/plan.py
 
 Times are CPU seconds of the process (time.process_time: the machine may be shared) and wall
 seconds; numpy runs these operations on one core.
 
     python benchmarks/bench_epoch.py            # full run (1e7 per distribution, 1e8 memory test)
     python benchmarks/bench_epoch.py --quick    # small sizes (seconds)
-    python benchmarks/bench_epoch.py --baseline /tmp/old/epoch.py
 """
 
 from __future__ import annotations
@@ -63,7 +68,8 @@ ARRAY_SLICE_BINS = 1 << 16
 
 
 def load_epoch_module(path: str | None) -> Any:
-    """The module at `path` (an older epoch.py to compare with), or seqpack_cli.epoch.plan."""
+    """The plan module at `path` (an older version's, to compare with), or
+    seqpack_cli.epoch.plan."""
     if not path:
         import seqpack_cli.epoch.plan
 
@@ -308,7 +314,7 @@ def memory_child(
     directory: Path, templates_path: Path, slice_bins: int, module_path: str
 ) -> dict[str, Any]:
     """Run in a fresh process: iterate the epoch over memory-mapped pools and measure. With a
-    `module_path` (a baseline epoch.py), only the whole epoch is timed."""
+    `module_path` (a baseline plan module), only the whole epoch is timed."""
     rss_start = _status_kib("VmRSS")
     module = load_epoch_module(module_path)
     pairs = json.loads(templates_path.read_text())
@@ -479,7 +485,8 @@ def main() -> int:
     parser.add_argument("--num-sequences", type=int, help="N per distribution (sections 1, 2)")
     parser.add_argument("--memory-sequences", type=int, help="N of the memory test (section 3)")
     parser.add_argument(
-        "--baseline", help="an older epoch.py to time side by side (outside the repository)"
+        "--baseline",
+        help="an older version's epoch/plan.py to time side by side (outside the repository)",
     )
     parser.add_argument("--memory-child", nargs=4, help=argparse.SUPPRESS)
     args = parser.parse_args()

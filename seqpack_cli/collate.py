@@ -28,13 +28,9 @@ from typing import Any
 
 import numpy as np
 
+from seqpack_cli.checks import check_int
 from seqpack_cli.errors import ConfigError, InputError
-from seqpack_cli.masking import (
-    check_int,
-    check_max_num_seqs,
-    require_torch,
-    too_many_sequences_error,
-)
+from seqpack_cli.masking import check_max_num_seqs, require_torch, too_many_sequences_error
 
 __all__ = ["FORMATS", "FlatTokenSource", "PackedCollator", "pack_one_bin"]
 

@@ -24,22 +24,19 @@ from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
-import torch.distributed as dist
-from torch.utils.data import Dataset, IterableDataset, get_worker_info
+from torch.utils.data import Dataset, IterableDataset
 
+from seqpack_cli.checks import check_int
 from seqpack_cli.collate import PackedCollator
 from seqpack_cli.epoch.plan import EpochPlan
 from seqpack_cli.errors import ConfigError
-from seqpack_cli.masking import check_int
 from seqpack_cli.seeding import seed_from_components
+from seqpack_cli.sharding import deal_bins, rank_and_world_size, worker_share
 
 __all__ = ["PackedDataset", "PackedIterableDataset"]
 
 logger = logging.getLogger(__name__)
 
-# Bins computed per vectorised EpochPlan.bins call, per DataLoader worker: each call has a fixed
-# cost of ~0.7 ms, so small chunks cost 10-15 us per bin and 512-bin chunks ~2 us.
-_CHUNK_BINS = 512
 # The integers a state holds; the last four only check that the state fits this dataset.
 _STATE_KEYS = ("epoch", "num_bins_consumed", "num_bins", "seed", "rank", "world_size")
 
@@ -223,26 +220,17 @@ class PackedDataset(_PackedEpochs, Dataset):
         return f"PackedDataset(bins={len(self)}, epoch={self._epoch}, {self.collator!r})"
 
 
-def _default_rank(rank: int | None, world_size: int | None) -> tuple[int, int]:
-    """rank and world size, taken from torch.distributed where not given and initialised."""
-    initialised = dist.is_available() and dist.is_initialized()
-    if rank is None:
-        rank = dist.get_rank() if initialised else 0
-    if world_size is None:
-        world_size = dist.get_world_size() if initialised else 1
-    return rank, world_size
-
-
 class PackedIterableDataset(_PackedEpochs, IterableDataset):
     """One collated row per bin, the epoch split across ranks and DataLoader workers.
 
-    Sharding: rank r of `world_size` takes `EpochPlan(..., rank=r, world_size=...)`'s bins (as
-    torch's `DistributedSampler`: disjoint, the same count on every rank, the last ones wrapped
-    around unless `drop_last=True`). Its bins k = start, start+1, ... are dealt to the DataLoader's
-    W workers in turn: worker w yields the bins k with (k - start) % W == w. Nothing is lost
-    or repeated beyond what the rank sharding does. torch's DataLoader (with `batch_size=None`
-    and in-order loading, the default) takes one item from each worker in turn, so the training
-    loop receives bins start, start+1, start+2, ... exactly: the rank's global order, whatever W.
+    Sharding (`seqpack_cli.sharding`): rank r of `world_size` takes `EpochPlan(..., rank=r,
+    world_size=...)`'s bins (as torch's `DistributedSampler`: disjoint, the same count on every
+    rank, the last ones wrapped around unless `drop_last=True`). Its bins k = start, start+1, ...
+    are dealt to the DataLoader's W workers in turn: worker w yields the bins k with
+    (k - start) % W == w. Nothing is lost or repeated beyond what the rank sharding does. torch's
+    DataLoader (with `batch_size=None` and in-order loading, the default) takes one item from
+    each worker in turn, so the training loop receives bins start, start+1, start+2, ...
+    exactly: the rank's global order, whatever W.
 
     Resume: `state_dict()` is a few integers, `{"epoch", "num_bins_consumed", ...}`, where
     `num_bins_consumed` counts the bins of this rank's epoch (in its global order) that the
@@ -283,7 +271,7 @@ class PackedIterableDataset(_PackedEpochs, IterableDataset):
         return_loss_weights: bool = False,
         max_num_seqs: int | None = None,
     ) -> None:
-        rank, world_size = _default_rank(rank, world_size)
+        rank, world_size = rank_and_world_size(rank, world_size)
         super().__init__(
             source,
             token_source,
@@ -318,22 +306,16 @@ class PackedIterableDataset(_PackedEpochs, IterableDataset):
         return len(self.plan) - self._start
 
     def __iter__(self) -> Iterator[dict[str, Any]]:
-        plan = self.plan
-        info = get_worker_info()
-        num_workers, worker = (1, 0) if info is None else (info.num_workers, info.id)
-        counting = info is None  # only the training process's own iteration is the truth
-        start = self._start
+        share = worker_share()
+        counting = share.in_main_process  # only the training process's own iteration is the truth
         if counting:
-            self._position = start
-        step = _CHUNK_BINS * num_workers
-        for first in range(start, len(plan), step):
-            bins = plan.bins(first, first + step)
-            for offset in range(worker, len(bins), num_workers):
-                row = self.collator([bins[offset]])
-                if counting:
-                    # Counted before the yield: once the consumer holds bin k, k + 1 are done.
-                    self._position = first + offset + 1
-                yield row
+            self._position = self._start
+        for k, bin_ids in deal_bins(self.plan, self._start, share):
+            row = self.collator([bin_ids])
+            if counting:
+                # Counted before the yield: once the consumer holds bin k, k + 1 are done.
+                self._position = k + 1
+            yield row
 
     def state_dict(self, num_bins_taken: int | None = None) -> dict[str, int]:
         """The resume state, a dict of ints; see the class docstring.

@@ -14,16 +14,17 @@ rows pass the mask, or that padding joins the last sequence; `PackedCollator` gi
 of its own instead, so its bias and block mask are right with or without the mask.
 
 Everything is vectorised (no Python loop over rows, sequences or tokens). torch is imported
-inside the functions, so importing this module costs nothing; without torch a call raises a
-`ConfigError` that says to `pip install 'seqpack[torch]'`.
+inside the functions, so importing this module does not import it; without torch a call raises
+a `ConfigError` that says to `pip install 'seqpack[torch]'`. Integer options are checked by
+`seqpack_cli.checks.check_int`.
 """
 
 from __future__ import annotations
 
 import logging
-import operator
 from typing import TYPE_CHECKING, Any
 
+from seqpack_cli.checks import check_int
 from seqpack_cli.errors import ConfigError, InputError
 
 if TYPE_CHECKING:
@@ -52,29 +53,12 @@ def require_torch() -> Any:
     return torch
 
 
-def check_int(
-    name: str, value: Any, *, minimum: int | None = None, expected: str | None = None
-) -> int:
-    """Validate the integer option `name` and return it as an int (bools refused).
-
-    Shared by the collator and the torch datasets. `expected` replaces the default description
-    ("an integer >= minimum") in the error message.
-    """
-    if not isinstance(value, bool):
-        try:
-            number = operator.index(value)
-        except TypeError:
-            pass
-        else:
-            if minimum is None or number >= minimum:
-                return number
-    if expected is None:
-        expected = "an integer" if minimum is None else f"an integer >= {minimum}"
-    raise ConfigError(f"{name}={value!r}; expected {expected}")
-
-
 def check_max_num_seqs(max_num_seqs: Any) -> int:
-    """Validate the `max_num_seqs` option (shared with the collator) and return it as an int."""
+    """Validate the `max_num_seqs` option (shared with the collator) and return it as an int.
+
+    Kept here rather than in `seqpack_cli.checks`: what it expects is the fixed length of
+    `cu_seqlens`, a masking notion.
+    """
     return check_int(
         "max_num_seqs",
         max_num_seqs,
@@ -303,8 +287,9 @@ def build_flex_block_mask(
             f"{torch.__version__} lacks; upgrade with pip install 'torch>=2.5', or use "
             "build_packing_attention_bias / build_packing_cu_seqlens instead"
         ) from error
-    if isinstance(block_size, bool) or not isinstance(block_size, int) or block_size < 1:
-        raise ConfigError(f"block_size={block_size!r}; expected a positive integer such as 128")
+    block_size = check_int(
+        "block_size", block_size, minimum=1, expected="a positive integer such as 128"
+    )
     ids, mask = _as_rows(sequence_ids, attention_mask)
     key = _segment_grid(ids, mask)
     real = torch.ones_like(key, dtype=torch.bool) if mask is None else mask

@@ -8,33 +8,17 @@ A packing is a Counter of templates (or, in templates.json, `(template, multipli
 from __future__ import annotations
 
 import itertools
-import operator
 from collections.abc import Iterable, Mapping
 from typing import Any
 
 import numpy as np
 
+from seqpack_cli.checks import check_int
 from seqpack_cli.errors import InputError
 
-__all__ = ["Template", "canonical_templates", "packed_lengths", "positive_int"]
+__all__ = ["Template", "canonical_templates", "packed_lengths"]
 
 Template = tuple[int, ...]
-
-
-def positive_int(value: Any, what: str, fix: str) -> int:
-    """`value` as an int, or `InputError` naming `what` and `fix` unless it is an integer >= 1."""
-    if isinstance(value, (bool, np.bool_)):
-        raise InputError(f"{what} is the bool {value!r}; expected a positive integer; {fix}")
-    try:
-        number = operator.index(value)
-    except TypeError:
-        raise InputError(
-            f"{what} is {value!r} of type {type(value).__name__}; expected a positive integer; "
-            f"{fix}"
-        ) from None
-    if number <= 0:
-        raise InputError(f"{what} is {number}; expected a positive integer; {fix}")
-    return number
 
 
 def canonical_templates(templates: Any) -> list[tuple[Template, int]]:
@@ -67,14 +51,27 @@ def canonical_templates(templates: Any) -> list[tuple[Template, int]]:
             raise InputError(
                 f"template {number} is {raw_template!r}; expected a tuple of lengths; {fix}"
             )
+        # Plain positive ints, the usual case, skip the full check (a build checks every length).
         lengths = [
-            positive_int(length, f"length {length!r} in template {number}", fix)
+            length
+            if type(length) is int and length > 0
+            else check_int(
+                f"length {length!r} in template {number}",
+                length,
+                minimum=1,
+                fix=fix,
+                error=InputError,
+            )
             for length in raw_template
         ]
         if not lengths:
             raise InputError(f"template {number} is empty; a bin holds at least one length; {fix}")
-        multiplicity = positive_int(
-            raw_multiplicity, f"multiplicity of template {tuple(lengths)}", fix
+        multiplicity = check_int(
+            f"multiplicity of template {tuple(lengths)}",
+            raw_multiplicity,
+            minimum=1,
+            fix=fix,
+            error=InputError,
         )
         template = tuple(sorted(lengths, reverse=True))
         merged[template] = merged.get(template, 0) + multiplicity

@@ -46,6 +46,14 @@ def _imports(name: str, path: Path, modules: dict[str, Path]) -> Iterator[str]:
                 f"{base}.{alias.name}" if f"{base}.{alias.name}" in modules else base
                 for alias in node.names
             ]
+        elif (
+            isinstance(node, ast.Constant) and path.name == "__init__.py" and name != "seqpack_cli"
+        ):
+            # A subpackage's lazy re-exports name their modules as strings: edges too.
+            value = node.value
+            if not (isinstance(value, str) and value.startswith("seqpack_cli.")):
+                continue
+            targets = [value]
         else:
             continue
         for target in targets:
@@ -93,6 +101,11 @@ def test_the_cycle_finder_finds_a_cycle() -> None:
     graph = {"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}
     assert find_cycle(graph) == ["a", "b", "c", "a"]
     assert find_cycle({"a": {"b"}, "b": set()}) is None
+
+
+def test_the_graph_sees_lazy_re_exports_of_subpackages() -> None:
+    graph = import_graph()
+    assert "seqpack_cli.epoch" in graph["seqpack_cli.packing"]
 
 
 def test_the_graph_sees_imports_inside_functions() -> None:

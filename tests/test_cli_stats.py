@@ -19,7 +19,7 @@ from seqpack_cli.packing.histogram import pack_length_histogram_batched
 from seqpack_cli.prepare import PrepareConfig, prepare_dataset
 from seqpack_cli.prepared import load_prepared
 from seqpack_cli.stats import PackingStats
-from seqpack_cli.stats.sweep import DEFAULT_SAMPLE_SIZE
+from seqpack_cli.stats.baselines import DEFAULT_SAMPLE_SIZE
 
 runner = CliRunner()
 MAX_SEQ_LEN = 512

@@ -271,9 +271,9 @@ def test_collator_input_errors(source: object, bins: list[list[int]], message: s
         ({"format": "flat"}, "padded, padding_free, maxtext"),
         ({"format": "maxtext", "return_loss_weights": True}, "format='maxtext'"),
         ({"format": "maxtext", "max_num_seqs": 4}, "format='maxtext'"),
-        ({"max_seq_len": 0}, "max_seq_len=0"),
-        ({"pad_token_id": 1.5}, "pad_token_id=1.5"),
-        ({"max_num_seqs": 0}, "max_num_seqs=0"),
+        ({"max_seq_len": 0}, "max_seq_len is 0; expected a positive integer"),
+        ({"pad_token_id": 1.5}, "pad_token_id is 1.5 of type float; expected an integer"),
+        ({"max_num_seqs": 0}, r"max_num_seqs is 0; expected a positive integer \(the most"),
     ],
 )
 def test_collator_config_errors(kwargs: dict[str, object], message: str) -> None:

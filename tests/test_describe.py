@@ -22,7 +22,7 @@ from seqpack_cli.cli.app import app
 from seqpack_cli.errors import ConfigError, PreparedFormatError
 from seqpack_cli.prepare import PrepareConfig, prepare_dataset
 from seqpack_cli.prepared import load_prepared
-from seqpack_cli.stats import PackingStats, sweep
+from seqpack_cli.stats import PackingStats, baselines
 from seqpack_cli.stats.describe import (
     DEFAULT_SAMPLE_SIZE,
     JSON_SCHEMA,
@@ -159,9 +159,9 @@ def test_prepared_mode_uses_the_directory_cap(tmp_path: Path, data_dir: Path) ->
         ),
         ({"inputs": ["PREP"], "max_seq_lens": [2**31]}, "over seqpack's limit"),
         ({"inputs": ["PREP"], "max_seq_lens": [64], "max_seqs_per_bin": 0}, "max_seqs_per_bin"),
-        ({"inputs": ["PREP"], "top": -1}, "top -1 must be an integer >= 0"),
-        ({"inputs": ["PREP"], "sample_size": 0}, "sample_size 0 must be an integer >= 1"),
-        ({"inputs": ["PREP"], "seed": True}, "seed True must be an integer >= 0"),
+        ({"inputs": ["PREP"], "top": -1}, "top is -1; expected a non-negative integer"),
+        ({"inputs": ["PREP"], "sample_size": 0}, "sample_size is 0; expected a positive integer"),
+        ({"inputs": ["PREP"], "seed": True}, "seed is the bool True; expected a non-negative"),
     ],
 )
 def test_bad_combinations_are_config_errors(
@@ -202,7 +202,7 @@ def test_request_and_report_are_frozen(prepared_dir: Path) -> None:
 
 
 def test_default_sample_size_is_the_sweeps() -> None:
-    assert DEFAULT_SAMPLE_SIZE == sweep.DEFAULT_SAMPLE_SIZE
+    assert DEFAULT_SAMPLE_SIZE == baselines.DEFAULT_SAMPLE_SIZE
 
 
 def test_importing_describe_is_cheap() -> None:

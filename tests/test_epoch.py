@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import json
 import math
@@ -19,15 +20,12 @@ from conftest import (
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-import seqpack_cli.epoch.plan as epoch_module
+from seqpack_cli.epoch.permutations import FeistelFamily, FeistelPermutation
 from seqpack_cli.epoch.plan import EpochPlan, canonical_templates, materialize_epoch
+from seqpack_cli.epoch.scratch import Scratch
+from seqpack_cli.epoch.tuning import EpochTuning
 from seqpack_cli.errors import ConfigError, InputError
-from seqpack_cli.seeding import (
-    FeistelFamily,
-    FeistelPermutation,
-    Scratch,
-    seed_from_components,
-)
+from seqpack_cli.seeding import seed_from_components
 
 SETTINGS = settings(max_examples=40, deadline=None)
 
@@ -285,16 +283,14 @@ def test_sharding_matches_torch_distributed_sampler() -> None:
                 assert list(plan) == [canonical[i] for i in sampler]
 
 
-def test_mixed_pool_sizes_and_many_batches(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_mixed_pool_sizes_and_many_batches() -> None:
     # Pools from 1 to 5000 ids: both round counts of the permutations (words under and over
     # 8 bits), many widths and cycle walking; tiny batches force many batch and list boundaries.
     templates = Counter({(9, 1): 5000, (7, 7, 2): 100, (3,): 129, (2, 2): 14, (5,): 1})
     pools, length_of = make_pools(templates, 4)
     expected = oracle(templates, pools, 77)
     assert list(EpochPlan(templates, pools, 77)) == expected
-    monkeypatch.setattr(epoch_module, "_BATCH_IDS", 7)
-    monkeypatch.setattr(epoch_module, "_LIST_BINS", 3)
-    plan = EpochPlan(templates, pools, 77)
+    plan = EpochPlan(templates, pools, 77, tuning=EpochTuning(batch_ids=7, list_bins=3))
     assert list(plan) == expected
     assert plan.bins(100, 5000) == expected[100:5000]
     assert sorted(i for b in expected for i in b) == sorted(length_of)
@@ -317,8 +313,9 @@ def test_many_templates_use_the_bucket_table_and_its_fallback() -> None:
     templates = Counter({(length, 1): 1 + (length * 37) % 400 for length in range(2, 62)})
     pools, _ = make_pools(templates, 3)
     plan = EpochPlan(templates, pools, 99)
-    assert plan._bucket_shift > 0
-    assert (plan._bucket_template < 0).any() and (plan._bucket_template >= 0).any()
+    assert plan._tables.bucket_shift > 0
+    table = plan._tables.bucket_template
+    assert (table < 0).any() and (table >= 0).any()
     assert list(plan) == oracle(templates, pools, 99)
 
 
@@ -346,12 +343,12 @@ def test_bin_arrays_equal_the_lists(templates, seed, world_size, rank, drop_last
     )
 
 
-def test_bin_arrays_across_batches_and_empty_ranges(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_bin_arrays_across_batches_and_empty_ranges() -> None:
     templates = Counter({(9, 1): 3000, (7, 7, 2): 100, (3,): 129, (2, 2): 14, (5,): 1})
     pools, _ = make_pools(templates, 4)
     expected = oracle(templates, pools, 77, 1, 3)
-    monkeypatch.setattr(epoch_module, "_BATCH_IDS", 50)  # ~25 bins per batch
-    plan = EpochPlan(templates, pools, 77, rank=1, world_size=3)
+    tuning = EpochTuning(batch_ids=50)  # ~25 bins per batch
+    plan = EpochPlan(templates, pools, 77, rank=1, world_size=3, tuning=tuning)
     ids, offsets = plan.bin_arrays(0, len(plan))
     assert arrays_as_bins(ids, offsets) == expected
     assert arrays_as_bins(*plan.bin_arrays(333, 1010)) == expected[333:1010]
@@ -371,57 +368,53 @@ def test_bin_arrays_across_batches_and_empty_ranges(monkeypatch: pytest.MonkeyPa
 @pytest.mark.parametrize(
     "layout",
     [
-        {"_MIN_GROUP_BINS": 1, "_LIST_BINS": 16},  # every size its own group, small blocks
-        {"_MIN_GROUP_BINS": 4, "_LIST_BINS": 7},  # some sizes grouped, the rest sliced
-        {"_MIN_GROUP_BINS": 10**6},  # nothing grouped: every block sliced
-        {"_LIST_BINS": 1, "_MIN_GROUP_BINS": 0},  # blocks of one bin
-        {"_LIST_BINS": 1, "_MIN_GROUP_BINS": 0, "_BATCH_IDS": 20_000},  # > 4096 blocks: uint32 keys
+        {"min_group_bins": 1, "list_bins": 16},  # every size its own group, small blocks
+        {"min_group_bins": 4, "list_bins": 7},  # some sizes grouped, the rest sliced
+        {"min_group_bins": 10**6},  # nothing grouped: every block sliced
+        {"list_bins": 1, "min_group_bins": 0},  # blocks of one bin
+        {"list_bins": 1, "min_group_bins": 0, "batch_ids": 20_000},  # > 4096 blocks: uint32 keys
     ],
 )
-def test_list_layouts_give_the_documented_bins(
-    monkeypatch: pytest.MonkeyPatch, layout: dict, seed: int | None
-) -> None:
-    # Bins are laid out by size within blocks (see _Chunk) and put back in order: whatever the
-    # grouping, the lists are the oracle's, in order, across batch and block boundaries.
+def test_list_layouts_give_the_documented_bins(layout: dict, seed: int | None) -> None:
+    # Bins are laid out by size within blocks (see epoch.batches.Chunk) and put back in order:
+    # whatever the grouping, the lists are the oracle's, in order, across batch and block
+    # boundaries.
     templates = Counter(
         {(6, 1): 700, (5, 4): 300, (3, 3, 3): 200, (8,): 150, (2, 1, 1, 1): 90, (9, 9, 1): 3}
     )
     pools, _ = make_pools(templates, 7)
-    for name, value in {"_BATCH_IDS": 300, **layout}.items():
-        monkeypatch.setattr(epoch_module, name, value)
-    plan = EpochPlan(templates, pools, seed, rank=2, world_size=3)
+    tuning = EpochTuning(**{"batch_ids": 300, **layout})
+    plan = EpochPlan(templates, pools, seed, rank=2, world_size=3, tuning=tuning)
     expected = oracle(templates, pools, seed, 2, 3)
     assert list(plan) == expected
     assert plan.bins(11, 400) == expected[11:400]
     assert list(plan.iter(123)) == expected[123:]
 
 
-def test_small_pools_merged_into_one_array(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_small_pools_merged_into_one_array() -> None:
     # 40 lengths with 1..40 ids each, one with 2000: the small pools are copied into one array
     # (read with one take per batch), up to the budget; the bins do not change.
     templates = Counter({(length,): length for length in range(1, 41)})
     templates[(50, 50)] = 1000
     pools, _ = make_pools(templates, 5)
     expected = oracle(templates, pools, 8)
-    monkeypatch.setattr(epoch_module, "_MIN_MERGED_POOLS", 2)
     for budget in (0, 5, 100, 820, 10**6):
-        monkeypatch.setattr(epoch_module, "_MERGED_POOL_IDS", budget)
-        plan = EpochPlan(templates, pools, 8)
-        assert len(plan._merged) <= budget
+        tuning = EpochTuning(min_merged_pools=2, merged_pool_ids=budget)
+        plan = EpochPlan(templates, pools, 8, tuning=tuning)
+        assert len(plan._pools.merged) <= budget
         assert list(plan) == expected
-    assert len(plan._merged_offsets) == 41  # every pool fits the last budget
-    monkeypatch.setattr(epoch_module, "_MERGED_POOL_IDS", 820)  # 1 + 2 + ... + 40
-    assert len(EpochPlan(templates, pools, 8)._merged_offsets) == 40
+    assert len(plan._pools.merged_offsets) == 41  # every pool fits the last budget
+    tuning = EpochTuning(min_merged_pools=2, merged_pool_ids=820)  # 1 + 2 + ... + 40
+    assert len(EpochPlan(templates, pools, 8, tuning=tuning)._pools.merged_offsets) == 40
 
 
-def test_iterators_of_one_plan_do_not_share_work_arrays(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_iterators_of_one_plan_do_not_share_work_arrays() -> None:
     # Each iteration has its own work arrays: two iterators and `bins` interleaved, over
     # several batches, see their own bins.
     templates = Counter({(4, 4): 3000, (6, 2): 2000, (8,): 500})
     pools, _ = make_pools(templates)
     expected = list(EpochPlan(templates, pools, 3))
-    monkeypatch.setattr(epoch_module, "_BATCH_IDS", 1000)
-    plan = EpochPlan(templates, pools, 3)
+    plan = EpochPlan(templates, pools, 3, tuning=EpochTuning(batch_ids=1000))
     first, second = plan.iter(0), plan.iter(2000)
     interleaved = []
     for a, b in zip(first, second, strict=False):  # second is shorter
@@ -537,7 +530,7 @@ def test_bad_templates_are_refused(templates: object, message: str) -> None:
         ({"rank": 2, "world_size": 2}, "rank is 2"),
         ({"rank": -1}, "rank is -1"),
         ({"rank": 1.0, "world_size": 2}, "rank is 1.0"),
-        ({"world_size": True}, "world_size is True"),
+        ({"world_size": True}, "world_size is the bool True"),
     ],
 )
 def test_bad_rank_or_world_size(options: dict, message: str) -> None:
@@ -563,3 +556,36 @@ def test_bad_seed_start_and_index() -> None:
         plan[True]
     with pytest.raises(TypeError):
         plan[1.0]  # type: ignore[index]
+
+
+# ---------------------------------------------------------------- tuning
+
+
+def test_tuning_defaults_are_frozen_and_shared_by_every_plan() -> None:
+    default = EpochTuning()
+    assert EpochPlan(TEMPLATES, POOLS).tuning == default
+    assert default.batch_ids == 1 << 19 and default.list_bins == 256
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        default.batch_ids = 5  # type: ignore[misc]
+    assert type(EpochTuning(batch_ids=np.int64(9)).batch_ids) is int
+
+
+@pytest.mark.parametrize(
+    ("fields", "message"),
+    [
+        ({"batch_ids": 0}, "EpochTuning.batch_ids is 0"),
+        ({"list_bins": 257}, "EpochTuning.list_bins is 257; expected an integer from 1 to 256"),
+        ({"merged_pool_ids": -1}, "EpochTuning.merged_pool_ids is -1"),
+        ({"min_merged_pools": 0}, "EpochTuning.min_merged_pools is 0"),
+        ({"max_buckets": True}, "EpochTuning.max_buckets is the bool True"),
+        ({"ids_per_length": 2.5}, "EpochTuning.ids_per_length is 2.5 of type float"),
+    ],
+)
+def test_bad_tuning_is_refused(fields: dict, message: str) -> None:
+    with pytest.raises(ConfigError, match=message):
+        EpochTuning(**fields)
+
+
+def test_tuning_must_be_an_epoch_tuning() -> None:
+    with pytest.raises(ConfigError, match="tuning is a dict; expected an EpochTuning"):
+        EpochPlan(TEMPLATES, POOLS, tuning={"batch_ids": 7})  # type: ignore[arg-type]

@@ -19,7 +19,6 @@ from seqpack_cli.packing.bounds import (
     lower_bounds_of_lengths,
     residual_lower_bound,
 )
-from seqpack_cli.packing.counts import count_bfd_bins, count_ffd_bins, count_mffd_bins
 from seqpack_cli.packing.fit import bfd_groups, ffd_groups
 from seqpack_cli.packing.groups import count_bins, group_templates
 from seqpack_cli.packing.histogram import (
@@ -38,12 +37,9 @@ GROUPED = {
     "ffd": (pack_length_histogram_ffd, reference.ffd),
     "mffd": (pack_length_histogram_mffd, reference.mffd),
 }
-# Each classic strategy on groups and its count-only twin (uncapped).
-CLASSICS = {
-    "bfd": (bfd_groups, count_bfd_bins),
-    "ffd": (ffd_groups, count_ffd_bins),
-    "mffd": (mffd_groups, count_mffd_bins),
-}
+# Each strategy on groups, as the engine runs it.
+CLASSICS = {"bfd": bfd_groups, "ffd": ffd_groups, "mffd": mffd_groups}
+STRATEGIES = {"patterns": pattern_groups, **CLASSICS}
 
 
 def flatten(templates: Counter[tuple[int, ...]]) -> Counter[int]:
@@ -230,15 +226,15 @@ def test_engine_invariants_and_never_worse(case, cap) -> None:
 
 @settings(max_examples=150, deadline=None)
 @given(histograms(), st.integers(0, 12))
-def test_count_twins_and_limits_agree_with_the_strategies(case, limit_offset) -> None:
-    # The engine skips a classic strategy when its count-only twin (or the strategy itself,
-    # when capped) stops at the best so far: a stop must mean "no fewer bins than the limit",
-    # and a finish must give exactly the strategy's bins (and, for the strategy, templates).
+def test_limits_agree_with_the_strategies(case, limit_offset) -> None:
+    # The engine gives each classic strategy the best packing so far as its limit: a stop must
+    # mean "no fewer bins than the limit", and a finish must give exactly the strategy's
+    # templates (the engine keeps them without running it again).
     max_seq_len, lengths = case
     items = sorted(Counter(lengths).items(), reverse=True)
     if not items:
         return
-    for name, (strategy, count_bins_of) in CLASSICS.items():
+    for name, strategy in CLASSICS.items():
         for cap in (None, 3):
             full = strategy(items, max_seq_len, cap)
             assert full is not None
@@ -249,11 +245,54 @@ def test_count_twins_and_limits_agree_with_the_strategies(case, limit_offset) ->
                 assert limited is None, name
             else:
                 assert limited is not None and group_templates(limited) == group_templates(full)
-        full_bins = count_bins(strategy(items, max_seq_len, None) or [])
-        assert count_bins_of(items, max_seq_len, float("inf")) == full_bins, name
-        limit = max(full_bins - 6 + limit_offset, 0)
-        expected = None if full_bins >= limit else full_bins
-        assert count_bins_of(items, max_seq_len, limit) == expected, name
+
+
+@st.composite
+def varied_histograms(draw: st.DrawFn) -> tuple[int, dict[int, int]]:
+    """Histograms with large counts and up to 30 lengths; a third of them with every length
+    over M/6 or M/3, where the bound by number binds and BFD runs first."""
+    max_seq_len = draw(st.sampled_from([10, 30, 64, 100, 257, 1000, 4096]))
+    low = draw(st.sampled_from([1, max_seq_len // 6 + 1, max_seq_len // 3 + 1]))
+    lengths = draw(st.lists(st.integers(low, max_seq_len), min_size=1, max_size=30, unique=True))
+    counts = draw(
+        st.lists(
+            st.one_of(st.integers(1, 5), st.integers(1, 10**6)),
+            min_size=len(lengths),
+            max_size=len(lengths),
+        )
+    )
+    return max_seq_len, dict(zip(lengths, counts, strict=True))
+
+
+def _selection_without_limits(
+    items: list[tuple[int, int]], max_seq_len: int, cap: int | None
+) -> Counter[tuple[int, ...]]:
+    """What the engine must return: every strategy run to the end (no limit, no early stop at
+    the bound), the fewest bins, the earliest in the engine's order on a tie."""
+    bounds = lower_bounds(items, max_seq_len, cap)
+    by_number = bounds.by_number > max(bounds.by_volume, bounds.by_size)
+    order = ("bfd", "patterns", "ffd", "mffd") if by_number else ("patterns", "bfd", "ffd", "mffd")
+    packings = [STRATEGIES[name](items, max_seq_len, cap) for name in order]
+    fewest = min(packings, key=lambda groups: count_bins(groups or []))
+    assert fewest is not None
+    return group_templates(fewest)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.one_of(varied_histograms(), histograms().map(lambda c: (c[0], Counter(c[1])))), caps)
+def test_engine_selects_the_first_best_strategy_as_without_limits(case, cap) -> None:
+    # The limits (a strategy stops once it cannot beat the best so far) and the stop at the
+    # lower bound only save work: the templates, and so the bins, are those of the best
+    # strategy run to completion.
+    max_seq_len, histogram = case
+    items = sorted((item for item in histogram.items() if item[1]), reverse=True)
+    got = pack_length_histogram_batched(histogram, max_seq_len, max_seqs_per_bin=cap)
+    if not items:
+        assert got == Counter()
+        return
+    expected = _selection_without_limits(items, max_seq_len, cap)
+    assert got == expected
+    assert sum(got.values()) == sum(expected.values())
 
 
 @settings(max_examples=150, deadline=None)
@@ -272,6 +311,106 @@ def test_pattern_templates_are_valid_and_all_different(case, cap) -> None:
     assert all(sum(t) <= max_seq_len and list(t) == sorted(t, reverse=True) for t in packed)
     if cap is not None:
         assert all(len(t) <= cap for t in packed)
+
+
+def reference_pattern_groups(
+    items: list[tuple[int, int]], max_seq_len: int, cap: int | None, tries: int
+) -> list[tuple[tuple[None, tuple[int, ...], int], int]]:
+    """The pattern heuristic as `pattern_groups` states it, one candidate at a time: no
+    complements found ahead, no bitsets, no triple candidates counted without a try."""
+    max_slots = cap if cap is not None else max_seq_len
+    counts = Counter(dict(items))
+    groups = []
+    while +counts:
+        lengths = sorted(+counts, reverse=True)  # the available lengths, longest first
+        top = lengths[0]
+        used = Counter({top: 1})
+
+        def free(x: int, taken: int = 0) -> bool:  # x has a copy left for this bin
+            return counts[x] > used[x] + taken
+
+        def pair(room: int, longest: int) -> tuple[int, ...] | None:
+            # y <= x <= longest, x + y == room: the largest y first
+            for y in range(room // 2, max(room - longest, 1) - 1, -1):
+                if free(room - y, room - y == y) and free(y):
+                    return room - y, y
+            return None
+
+        def triple(room: int, longest: int) -> tuple[int, ...] | None:
+            # z + a pair, z down the available lengths <= longest, at most `tries` tried
+            tried = 0
+            for z in (length for length in lengths if length <= longest):
+                if tried == tries or 3 * z < room:
+                    return None
+                if free(z) and z < room:
+                    tried += 1
+                    used[z] += 1
+                    found = pair(room - z, z)
+                    used[z] -= 1
+                    if found:
+                        return z, *found
+            return None
+
+        room, slots, x = max_seq_len - top, max_slots - 1, top
+        while room and slots:
+            fitting = [length for length in lengths if length <= min(x, room) and free(length)]
+            if not fitting:
+                break
+            x = fitting[0]
+            if room > 3 * x:  # three lengths <= x cannot close it: copies of x first
+                copies = min((room - 2 * x - 1) // x, counts[x] - used[x], slots)
+                used[x] += copies
+                room, slots = room - copies * x, slots - copies
+                continue
+            closing = (room,) if free(room) else None
+            if closing is None and slots >= 2:
+                closing = pair(room, x)
+            if closing is None and slots >= 3:
+                closing = triple(room, x)
+            if closing is not None:
+                used.update(closing)
+                break
+            used[x] += 1
+            room, slots = room - x, slots - 1
+        used = +used  # drop the lengths a failed triple tried
+        num_bins = min(counts[length] // copies for length, copies in used.items())
+        for length, copies in used.items():
+            counts[length] -= num_bins * copies
+        groups.append(((None, tuple(sorted(used.elements(), reverse=True)), 0), num_bins))
+    return groups
+
+
+@st.composite
+def dense_histograms(draw: st.DrawFn) -> tuple[int, list[tuple[int, int]]]:
+    """Up to M lengths below a max_seq_len M up to 600, few or many copies each: long windows
+    of pair candidates (the bitset search), triples, complements and lengths that run out."""
+    max_seq_len = draw(st.integers(2, 600))
+    density = draw(st.sampled_from([0.03, 0.1, 0.3, 0.7, 1.0]))
+    most = draw(st.sampled_from([1, 3, 50, 10**5]))
+    rng = draw(st.randoms(use_true_random=False))
+    lengths = [x for x in range(1, max_seq_len + 1) if rng.random() < density]
+    lengths = lengths or [rng.randint(1, max_seq_len)]
+    return max_seq_len, [(x, rng.randint(1, most)) for x in reversed(lengths)]
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    st.one_of(dense_histograms(), histograms().map(lambda c: (c[0], _items(c[1])))),
+    caps,
+    st.sampled_from([32, 1, 2, 3]),
+)
+def test_pattern_groups_equal_the_one_candidate_at_a_time_reference(case, cap, tries) -> None:
+    # The complements found ahead, the bitset search for pairs and the triple candidates
+    # counted without a try are shortcuts: the groups, in order, are the plain algorithm's.
+    max_seq_len, items = case
+    if not items:
+        return
+    expected = reference_pattern_groups(items, max_seq_len, cap, tries)
+    assert pattern_groups(items, max_seq_len, cap, tries) == expected
+
+
+def _items(lengths: list[int]) -> list[tuple[int, int]]:
+    return sorted(Counter(lengths).items(), reverse=True)
 
 
 @settings(max_examples=150, deadline=None)

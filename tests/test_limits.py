@@ -29,11 +29,12 @@ from seqpack_cli.cli.app import app
 from seqpack_cli.errors import ConfigError, InputError
 from seqpack_cli.packing import histogram
 from seqpack_cli.packing import per_sequence as packing
-from seqpack_cli.prepare import load_prepared
+from seqpack_cli.prepare import PrepareConfig, load_prepared, prepare_dataset
 from seqpack_cli.prepare.pools import id_checks
 from seqpack_cli.prepare.pools import layout as pool_layout
 from seqpack_cli.prepare.pools.engine import reserve_work_file
-from seqpack_cli.stats import sweep
+from seqpack_cli.prepare.pools.tuning import PoolTuning
+from seqpack_cli.stats import baselines, profile, sweep
 
 LIMIT = 2**31 - 1
 OVER_LIMIT = [2**31, 2**40, 2**63 - 1, 2**63, 2**64]
@@ -99,7 +100,7 @@ def test_library_refuses_max_seq_len_over_the_bound(value: int) -> None:
         lambda: histogram.lower_bound_bins({5: 1}, value),
         lambda: packing.greedy_pack_sequences([5, 6], value),
         lambda: sweep.sweep_max_seq_len({5: 1}, [1024, value]),
-        lambda: sweep.no_packing_stats({5: 1}, value),
+        lambda: baselines.no_packing_stats({5: 1}, value),
     ]
     for call in calls:
         with pytest.raises(ConfigError) as error:
@@ -142,24 +143,24 @@ def test_stats_refuses_digits_int_cannot_read(tmp_path: Path) -> None:
 
 
 @pytest.mark.parametrize("ids", ["row index", "sparse id column"])
-def test_prepare_long_lengths_in_bounded_memory(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, ids: str
-) -> None:
-    # The duplicate-id bitmap has a fixed size (128 MiB), whatever the lengths: shrink it.
-    monkeypatch.setattr(id_checks.BitmapIdCheck, "max_bits_log2", 16)
+def test_prepare_long_lengths_in_bounded_memory(tmp_path: Path, ids: str) -> None:
     data, lengths, id_values = _long_dataset(tmp_path)
-    extra = ["--id-column", "id"] if ids == "sparse id column" else []
+    id_column = "id" if ids == "sparse id column" else None
     output = tmp_path / "out"
-    result, peak = _peak_bytes(
-        lambda: _invoke(
-            "prepare", data, "--length-column", "n", "--max-seq-len", LIMIT, "-o", output, *extra
-        )
+    config = PrepareConfig(
+        inputs=[data],
+        length_column="n",
+        max_seq_len=LIMIT,
+        output=output,
+        id_column=id_column,
+        # The duplicate-id bitmap has a fixed size (128 MiB), whatever the lengths: shrink it.
+        tuning=PoolTuning(check_bits_log2=16),
     )
-    assert result.exit_code == 0, result.output
+    _, peak = _peak_bytes(lambda: prepare_dataset(config))
     assert peak < MAX_PEAK_BYTES, f"peak {peak / 2**20:.0f} MiB"
     prepared = load_prepared(output)
     assert dict(prepared.counts) == LONG_COUNTS
-    keys = id_values if extra else np.arange(lengths.size)
+    keys = id_values if id_column else np.arange(lengths.size)
     for length in LONG_COUNTS:
         np.testing.assert_array_equal(prepared.pools[length], np.sort(keys[lengths == length]))
     assert all(sum(template) <= LIMIT for template in prepared.templates)
@@ -194,7 +195,7 @@ def test_library_packers_long_lengths_in_bounded_memory() -> None:
         "greedy": lambda: packing.greedy_pack_sequences(lengths, LIMIT),
         "heap, seeded": lambda: packing.heap_pack_sequences(lengths, LIMIT, seed=3),
         "sweep": lambda: sweep.sweep_max_seq_len(LONG_COUNTS, [2**30, LIMIT]),
-        "profile": lambda: sweep.profile_packing(
+        "profile": lambda: profile.profile_packing(
             LONG_COUNTS, histogram.pack_length_histogram_batched(LONG_COUNTS, LIMIT), LIMIT
         ),
     }
@@ -206,39 +207,36 @@ def test_library_packers_long_lengths_in_bounded_memory() -> None:
     assert all(int(lengths[b].sum()) <= LIMIT for b in bins)
 
 
-def _prepare_dataset(parquet_dataset: ParquetDataset, output: Path, max_seq_len: int = 512) -> Any:
-    """`seqpack prepare` of the shared dataset, ids from its doc_id column."""
-    return _invoke(
-        "prepare",
-        parquet_dataset.root,
-        "--length-column",
-        "num_tokens",
-        "--id-column",
-        "doc_id",
-        "--max-seq-len",
-        max_seq_len,
-        "-o",
-        output,
+def _prepare_tuned(
+    parquet_dataset: ParquetDataset, output: Path, tuning: PoolTuning, max_seq_len: int = 512
+) -> Any:
+    """`prepare` of the shared dataset (ids from its doc_id column) through the library, the
+    pools pass's sizes set to `tuning` (not a CLI option)."""
+    return prepare_dataset(
+        PrepareConfig(
+            inputs=[parquet_dataset.root],
+            length_column="num_tokens",
+            id_column="doc_id",
+            max_seq_len=max_seq_len,
+            output=output,
+            tuning=tuning,
+        )
     )
 
 
 @pytest.mark.parametrize("table_end", [0, 100], ids=["all searched", "long ones searched"])
 @pytest.mark.parametrize("path", ["id map", "scatter"])
 def test_long_and_short_length_lookups_give_the_same_pools(
-    parquet_dataset: ParquetDataset,
-    tmp_path: Path,
-    monkeypatch: pytest.MonkeyPatch,
-    path: str,
-    table_end: int,
+    parquet_dataset: ParquetDataset, tmp_path: Path, path: str, table_end: int
 ) -> None:
-    # Lengths (1..300 here) past MAX_TABLE_LENGTH take the search that lengths past 2**20 take.
-    if path == "scatter":
-        monkeypatch.setattr(pool_layout, "MAX_MAP_IDS", 0)
-    monkeypatch.setattr(pool_layout, "MAX_TABLE_LENGTH", table_end)
+    # Lengths (1..300 here) past max_table_length take the search that lengths past 2**20 take.
+    tuning = PoolTuning(
+        max_map_ids=0 if path == "scatter" else PoolTuning.max_map_ids,
+        max_table_length=table_end,
+    )
     output = tmp_path / "out"
     # At 10**6, lengths are indexed codes in the id map, not the lengths themselves.
-    result = _prepare_dataset(parquet_dataset, output, max_seq_len=10**6)
-    assert result.exit_code == 0, result.output
+    _prepare_tuned(parquet_dataset, output, tuning, max_seq_len=10**6)
     prepared = load_prepared(output)
     expected = parquet_dataset.pools()
     assert sorted(prepared.pools) == sorted(expected)
@@ -247,9 +245,7 @@ def test_long_and_short_length_lookups_give_the_same_pools(
 
 
 @pytest.mark.parametrize("dtype", [np.int8, np.uint16, np.int32, np.uint32, np.int64, np.uint64])
-def test_layout_positions_by_table_and_by_search_agree(
-    monkeypatch: pytest.MonkeyPatch, dtype: Any
-) -> None:
+def test_layout_positions_by_table_and_by_search_agree(dtype: Any) -> None:
     layout_lengths = {1: 1, 3: 1, 7: 1, 100: 1, 127: 1}
     rng = np.random.default_rng(0)
     lengths = rng.integers(0, 128, 1000).astype(dtype)
@@ -257,9 +253,9 @@ def test_layout_positions_by_table_and_by_search_agree(
     expected = [where.get(length, 5) for length in lengths.tolist()]
     layouts = {}
     # The table alone, the search alone, and both (lengths up to 50 in the table).
-    for table_end in (pool_layout.MAX_TABLE_LENGTH, 0, 50):
-        monkeypatch.setattr(pool_layout, "MAX_TABLE_LENGTH", table_end)
-        layouts[table_end] = pool_layout.Layout(layout_lengths)
+    for table_end in (PoolTuning.max_table_length, 0, 50):
+        tuning = PoolTuning(max_table_length=table_end)
+        layouts[table_end] = pool_layout.Layout(layout_lengths, tuning)
         assert layouts[table_end].table.size == min(table_end, 127) + 2
     for layout in layouts.values():
         positions = layout.positions(lengths)
@@ -267,9 +263,8 @@ def test_layout_positions_by_table_and_by_search_agree(
         np.testing.assert_array_equal(positions, expected)
         huge = np.array([2**64 - 1, 2**63, 3, 2**31, 127], dtype=np.uint64)
         np.testing.assert_array_equal(layout.positions(huge), [5, 5, 1, 5, 4])
-    monkeypatch.undo()
     long_layout = pool_layout.Layout({2**30: 5, 2**31 - 1: 1, 9: 2})
-    assert long_layout.table.size == pool_layout.MAX_TABLE_LENGTH + 2, "not sized by 2**31"
+    assert long_layout.table.size == PoolTuning.max_table_length + 2, "not sized by 2**31"
     keys = np.array([9, 2**30, 2**31 - 1, 2**30 + 1, 8], dtype=np.int64)
     np.testing.assert_array_equal(long_layout.positions(keys), [0, 1, 2, 3, 3])
 
@@ -356,37 +351,54 @@ def _raise(code: int) -> Callable[..., Any]:
     return fail
 
 
+def _wide_id_dataset(root: Path) -> tuple[Path, dict[int, np.ndarray]]:
+    """A dataset whose ids span far more than the id map takes (the scatter path, as a user's
+    hashed ids would), and its expected pools."""
+    rng = np.random.default_rng(5)
+    lengths = rng.integers(1, 40, 300)
+    ids = rng.permutation(300).astype(np.int64) * 2**40 - 7
+    data = root / "wide" / "a.parquet"
+    data.parent.mkdir(parents=True)
+    pq.write_table(pa.table({"n": lengths, "id": ids}), data)
+    return data, {int(x): np.sort(ids[lengths == x]) for x in np.unique(lengths)}
+
+
+def _prepare_wide(data: Path, output: Path) -> Any:
+    args = ("--length-column", "n", "--id-column", "id", "--max-seq-len", 64, "-o", output)
+    return _invoke("prepare", data, *args)
+
+
 def test_full_disk_on_the_sparse_path_is_one_line_and_leaves_nothing(
-    parquet_dataset: ParquetDataset, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     # The work file used to be sparse (truncate) and filled through a memory map: a full disk
     # then killed the process with SIGBUS, silently, leaving its temporary directory behind.
-    monkeypatch.setattr(pool_layout, "MAX_MAP_IDS", 0)
+    data, _ = _wide_id_dataset(tmp_path)
     monkeypatch.setattr(os, "posix_fallocate", _raise(errno.ENOSPC))
     work = tmp_path / "work"
     work.mkdir()
-    result = _prepare_dataset(parquet_dataset, work / "out")
-    line = _one_error_line(result)
+    line = _one_error_line(_prepare_wide(data, work / "out"))
     assert "No space left on device" in line and "work file" in line
     assert "free some space or choose another --output" in line
     assert _tree(work) == [], "no output, no temporary directory"
 
 
 def test_sparse_path_without_fallocate_writes_zeros(
-    parquet_dataset: ParquetDataset, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(pool_layout, "MAX_MAP_IDS", 0)
+    data, expected = _wide_id_dataset(tmp_path)
     monkeypatch.setattr(os, "posix_fallocate", _raise(errno.EOPNOTSUPP))
-    result = _prepare_dataset(parquet_dataset, tmp_path / "out")
+    result = _prepare_wide(data, tmp_path / "out")
     assert result.exit_code == 0, result.output
     prepared = load_prepared(tmp_path / "out")
-    for length, ids in parquet_dataset.pools().items():
+    assert sorted(prepared.pools) == sorted(expected)
+    for length, ids in expected.items():
         np.testing.assert_array_equal(prepared.pools[length], ids)
     # ... and a full disk while writing them is the same one line.
     monkeypatch.setattr(os, "pwrite", _raise(errno.ENOSPC))
     work = tmp_path / "work"
     work.mkdir()
-    line = _one_error_line(_prepare_dataset(parquet_dataset, work / "out"))
+    line = _one_error_line(_prepare_wide(data, work / "out"))
     assert "No space left on device" in line
     assert _tree(work) == []
 

@@ -274,6 +274,13 @@ def test_without_torch_a_call_says_how_to_install(monkeypatch: pytest.MonkeyPatc
         build_packing_cu_seqlens([[0, 0, 1]])
 
 
+@pytest.mark.parametrize("bad", [0, True, 2.5])
+def test_flex_block_size_must_be_positive(bad: object) -> None:
+    pytest.importorskip("torch.nn.attention.flex_attention")
+    with pytest.raises(ConfigError, match=r"block_size is .*; expected a positive integer such as"):
+        build_flex_block_mask([[0, 0, 1]], block_size=bad)  # type: ignore[arg-type]
+
+
 def test_flex_missing_is_a_clear_error(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setitem(sys.modules, "torch.nn.attention.flex_attention", None)
     with pytest.raises(ConfigError, match=r"flex_attention.*build_packing_attention_bias"):

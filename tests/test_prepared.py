@@ -226,15 +226,13 @@ def test_verify_catches_tampered_bytes(prepared_dir: Path, tmp_path: Path) -> No
 
 
 @pytest.mark.parametrize("keep_open", [True, False], ids=["kept open", "reopened per append"])
-def test_pool_files_are_npy_files_with_their_sha256(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, keep_open: bool
-) -> None:
+def test_pool_files_are_npy_files_with_their_sha256(tmp_path: Path, keep_open: bool) -> None:
     from seqpack_cli.prepared import pool_files
 
-    if not keep_open:
-        monkeypatch.setattr(pool_files, "_RESERVED_FDS", 10**9)  # as if the hard limit were low
+    # Reserving more descriptors than any limit allows: as if the hard limit were low.
+    reserved_fds = pool_files.RESERVED_FDS if keep_open else 10**9
     (tmp_path / "pools").mkdir()
-    pools = pool_files.PoolFiles(tmp_path, {7: 5, 3: 0, 12: 2})
+    pools = pool_files.PoolFiles(tmp_path, {7: 5, 3: 0, 12: 2}, reserved_fds=reserved_fds)
     pools.create()
     pools.append(7, np.array([1, 4]))
     pools.append(12, np.array([2, 3]))

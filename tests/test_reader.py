@@ -16,6 +16,7 @@ import errno
 import hashlib
 import json
 import logging
+import pickle
 import shutil
 import subprocess
 import sys
@@ -32,7 +33,7 @@ from typer.testing import CliRunner
 
 from seqpack_cli.cli.app import app
 from seqpack_cli.epoch.plan import EpochPlan
-from seqpack_cli.errors import PreparedFormatError
+from seqpack_cli.errors import ConfigError, PreparedFormatError
 from seqpack_cli.prepare import PrepareConfig, prepare_dataset
 from seqpack_cli.prepared import load_prepared, templates_to_json, write_prepared
 from seqpack_cli.prepared import reader as reader_module
@@ -153,14 +154,25 @@ def test_70000_distinct_lengths_run_a_full_epoch_with_bounded_mappings(tmp_path:
     assert added <= reader_module.MAX_MAPPED_POOLS + 512, added
 
 
-def test_only_the_largest_pools_are_mapped(tmp_path: Path, monkeypatch: Any) -> None:
-    monkeypatch.setattr(reader_module, "MAX_MAPPED_POOLS", 2)
-    prepared = load_prepared(_write(tmp_path / "prepared"))
+def test_only_the_largest_pools_are_mapped(tmp_path: Path) -> None:
+    prepared = load_prepared(_write(tmp_path / "prepared"), max_mapped_pools=2)
     pools = prepared.pools
     assert [pools[length].tolist() for length in (3, 5, 7)] == [[10, 40], [2, 50, 99], [8]]
     assert pools.num_mapped == 2
     assert not pools[5].flags.owndata and not pools[3].flags.owndata  # 3 and 2 ids: mapped
     assert pools[7].flags.owndata and not pools[7].flags.writeable  # 1 id: read, read-only
+    # A DataLoader worker reopening the pools keeps the bound.
+    reopened = pickle.loads(pickle.dumps(pools))
+    assert reopened.max_mapped_pools == 2 and reopened[7].flags.owndata
+
+
+@pytest.mark.parametrize("bad", [-1, 2.5, True])
+def test_max_mapped_pools_must_be_a_count(tmp_path: Path, bad: Any) -> None:
+    path = _write(tmp_path / "prepared")
+    with pytest.raises(
+        ConfigError, match=r"max_mapped_pools is .*; expected a non-negative integer"
+    ):
+        load_prepared(path, max_mapped_pools=bad)
 
 
 def test_a_pool_that_cannot_be_mapped_is_read_instead(

@@ -14,6 +14,7 @@ from rich.console import Console
 
 from seqpack_cli.errors import ConfigError
 from seqpack_cli.stats.html import render_profile_html, render_sweep_html, write_html_report
+from seqpack_cli.stats.profile import PackingProfile, profile_packing
 from seqpack_cli.stats.report import (
     efficiency_style,
     format_efficiency,
@@ -24,7 +25,7 @@ from seqpack_cli.stats.report import (
     render_sweep,
     text_bar,
 )
-from seqpack_cli.stats.sweep import PackingProfile, SweepResult, profile_packing, sweep_max_seq_len
+from seqpack_cli.stats.sweep import SweepResult, sweep_max_seq_len
 
 # 6 bins at max_seq_len 10: (5,5) x3 full, (7,) x2, (4,3,2) x1
 TEMPLATES = Counter({(5, 5): 3, (7,): 2, (4, 3, 2): 1})

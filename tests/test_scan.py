@@ -21,6 +21,7 @@ from seqpack_cli.prepare.pools import engine as pools_module
 from seqpack_cli.prepare.pools import id_checks
 from seqpack_cli.prepare.pools import layout as pool_layout
 from seqpack_cli.prepare.pools import split as pool_split
+from seqpack_cli.prepare.pools.tuning import PoolTuning
 
 SQL_DIR = Path(__file__).resolve().parent.parent / "sql"
 
@@ -157,7 +158,7 @@ def test_histogram_refuses_bad_lengths_with_count_and_first_row(tmp_path: Path, 
 # ---- the pools pass ---------------------------------------------------------------------------
 
 
-def _scan_pools(files, counts, *, id_column, tmp_path, max_seq_len=10**9, workers=2):
+def _scan_pools(files, counts, *, id_column, tmp_path, max_seq_len=10**9, workers=2, tuning=None):
     pieces: dict[int, list[np.ndarray]] = {}
 
     def append(length, ids):
@@ -178,6 +179,7 @@ def _scan_pools(files, counts, *, id_column, tmp_path, max_seq_len=10**9, worker
             work_dir=work,
             append_pool=append,
             workers=workers,
+            tuning=tuning,
         )
     finally:
         con.close()
@@ -222,17 +224,22 @@ def test_pools_with_tiny_batches_units_remaps_and_merged_runs(
     # Shrink every size so each code path runs: many batches, re-mapping of the work file,
     # multi-pool units, big pools sorted in runs and merged (scatter), map chunks smaller than
     # the id span, small appends batched and flushed when too many wait (id map).
-    if path == "scatter":
-        monkeypatch.setattr(pool_layout, "MAX_MAP_IDS", 0)
-    monkeypatch.setattr(pool_layout, "MAP_CHUNK_IDS", 100)
-    monkeypatch.setattr(pool_layout, "MIN_APPEND_BYTES", 8 * 5)
-    monkeypatch.setattr(pool_layout, "MAX_BATCHED_BYTES", 8 * 20)
-    monkeypatch.setattr(pool_layout, "BATCH_ROWS", 64)
-    monkeypatch.setattr(pool_layout, "REMAP_ROWS", 200)
-    monkeypatch.setattr(pool_layout, "UNIT_IDS", 50)
-    monkeypatch.setattr(pool_layout, "MAX_SORT_IDS", 8)
+    tuning = PoolTuning(
+        max_map_ids=0 if path == "scatter" else PoolTuning.max_map_ids,
+        map_chunk_ids=100,
+        min_append_bytes=8 * 5,
+        max_batched_bytes=8 * 20,
+        batch_rows=64,
+        remap_rows=200,
+        unit_ids=50,
+        max_sort_ids=8,
+    )
     pools, _ = _scan_pools(
-        parquet_dataset.files, parquet_dataset.counts(), id_column="doc_id", tmp_path=tmp_path
+        parquet_dataset.files,
+        parquet_dataset.counts(),
+        id_column="doc_id",
+        tmp_path=tmp_path,
+        tuning=tuning,
     )
     _assert_pools_equal(pools, parquet_dataset.pools())
 
@@ -260,7 +267,7 @@ def test_pools_property(tmp_path_factory, lengths, cut, step, seed) -> None:
     tmp_path = tmp_path_factory.mktemp("prop")
     rng = np.random.default_rng(seed)
     num = len(lengths)
-    # The id spacing picks the duplicate check: a byte map, an exact bitmap, a hashed bitmap.
+    # The id spacing picks the path: the id map, the scatter with an exact or a hashed bitmap.
     ids = rng.permutation(num).astype(np.int64) * step - 7
     cut = min(cut, num)
     array = np.array(lengths, dtype=np.int64)
@@ -275,13 +282,12 @@ def test_pools_property(tmp_path_factory, lengths, cut, step, seed) -> None:
     _assert_pools_equal(pools, {x: np.sort(ids[array == x]) for x in counts})
 
 
-def test_units_keep_big_pools_alone(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(pool_layout, "UNIT_IDS", 10)
-    monkeypatch.setattr(pool_layout, "MAX_SORT_IDS", 20)
+def test_units_keep_big_pools_alone() -> None:
     # Pool sizes 3, 4, 30 (big), 5, 6, 2, 25 (big), 1: big pools get units of their own, the
     # others are grouped until a unit reaches 10 ids.
     layout = pool_layout.Layout(
-        {length: size for length, size in enumerate([3, 4, 30, 5, 6, 2, 25, 1], 1)}
+        {length: size for length, size in enumerate([3, 4, 30, 5, 6, 2, 25, 1], 1)},
+        PoolTuning(unit_ids=10, max_sort_ids=20),
     )
     assert layout.units() == [(0, 2), (2, 3), (3, 5), (5, 6), (6, 7), (7, 8)]
 
@@ -297,16 +303,13 @@ def test_sort_pools_sorts_only_what_needs_it(offset: int, spread: int) -> None:
     np.testing.assert_array_equal(values, expected)
 
 
-def test_merged_runs_sorts_a_pool_larger_than_memory_runs(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    monkeypatch.setattr(pool_layout, "MAX_SORT_IDS", 1000)
+def test_merged_runs_sorts_a_pool_larger_than_memory_runs(tmp_path: Path) -> None:
     rng = np.random.default_rng(1)
     values = rng.integers(-(2**62), 2**62, 25_000)
     values[:3000] = np.sort(values[:3000])  # a run that is already sorted is left alone
     path = tmp_path / "flat.bin"
     np.concatenate([[5, 6], values, [7]]).astype(np.int64).tofile(path)
-    chunks = list(pool_split.merged_runs(path, 2, values.size))
+    chunks = list(pool_split.merged_runs(path, 2, values.size, max_sort_ids=1000))
     np.testing.assert_array_equal(np.concatenate(chunks), np.sort(values))
 
 
@@ -320,7 +323,7 @@ def test_null_ids_are_refused_with_count_and_first_row(tmp_path: Path) -> None:
         _scan_pools(files, {3: 2, 4: 2, 5: 1}, id_column="doc_id", tmp_path=tmp_path)
 
 
-@pytest.mark.parametrize("step", [1, 2**26, 2**40], ids=["bytemap", "bitmap", "hashed"])
+@pytest.mark.parametrize("step", [1, 2**26, 2**40], ids=["id map", "exact bitmap", "hashed bitmap"])
 def test_duplicate_ids_are_refused_with_count_and_example(tmp_path: Path, step: int) -> None:
     # id 2*step occurs in two pools (lengths 3 and 5) and in two files; 4*step occurs 3 times.
     write_parquet(
@@ -340,33 +343,38 @@ def test_duplicate_ids_are_refused_with_count_and_example(tmp_path: Path, step: 
         _scan_pools(files, counts, id_column="doc_id", tmp_path=tmp_path)
 
 
-def test_sparse_duplicate_check_survives_hash_collisions(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
+def test_sparse_duplicate_check_survives_hash_collisions(tmp_path: Path) -> None:
     # A 2**4-bit bitmap makes almost every id a candidate; DuckDB then clears them all.
-    monkeypatch.setattr(id_checks.BitmapIdCheck, "max_bits_log2", 4)
     ids = np.arange(200, dtype=np.int64) * 2**40
     path = write_parquet(
         tmp_path / "a.parquet", {"num_tokens": np.arange(200) % 5 + 1, "doc_id": ids}
     )
     pools, _ = _scan_pools(
-        [path], {x: 40 for x in range(1, 6)}, id_column="doc_id", tmp_path=tmp_path
+        [path],
+        {x: 40 for x in range(1, 6)},
+        id_column="doc_id",
+        tmp_path=tmp_path,
+        tuning=PoolTuning(check_bits_log2=4),
     )
     assert sum(len(p) for p in pools.values()) == 200
 
 
 def test_sparse_duplicate_check_falls_back_to_duckdb_past_the_candidate_cap(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path,
 ) -> None:
-    monkeypatch.setattr(id_checks.BitmapIdCheck, "max_bits_log2", 4)
-    monkeypatch.setattr(id_checks.BitmapIdCheck, "max_candidates", 3)
     ids = np.arange(100, dtype=np.int64) * 2**40
     ids[50] = ids[10]
     path = write_parquet(tmp_path / "a.parquet", {"num_tokens": np.full(100, 4), "doc_id": ids})
     with pytest.raises(
         InputError, match=rf"1 duplicated ids \(1 extra rows\), e\.g\. id {ids[10]}"
     ):
-        _scan_pools([path], {4: 100}, id_column="doc_id", tmp_path=tmp_path)
+        _scan_pools(
+            [path],
+            {4: 100},
+            id_column="doc_id",
+            tmp_path=tmp_path,
+            tuning=PoolTuning(check_bits_log2=4, max_candidates=3),
+        )
 
 
 @pytest.mark.parametrize("id_column", [None, "doc_id"])
@@ -378,13 +386,14 @@ def test_changed_inputs_are_detected(
     path: str,
     id_column: str | None,
 ) -> None:
-    if path == "scatter":
-        monkeypatch.setattr(pool_layout, "MAX_MAP_IDS", 0)
+    tuning = PoolTuning(max_map_ids=0) if path == "scatter" else None
     counts = parquet_dataset.counts()
     first = next(iter(counts))
     counts[first] += 1  # as if a row vanished between the two passes
     with pytest.raises(InputError, match="the inputs changed while prepare was reading them"):
-        _scan_pools(parquet_dataset.files, counts, id_column=id_column, tmp_path=tmp_path)
+        _scan_pools(
+            parquet_dataset.files, counts, id_column=id_column, tmp_path=tmp_path, tuning=tuning
+        )
 
 
 def test_fixture_dataset_round_trips(tmp_path: Path) -> None:
@@ -424,7 +433,8 @@ def test_footer_id_bounds_pick_the_path(tmp_path: Path) -> None:
     layout = pool_layout.Layout({1: 2, 2: 2})
     assert id_map.fits(layout, 5, 100, 8192)
     assert id_map.fits(layout, 5, 100, 10**9)  # lengths then get dense codes
-    assert not id_map.fits(layout, 0, pool_layout.MAX_MAP_IDS, 8192)
+    assert not id_map.fits(layout, 0, PoolTuning().max_map_ids, 8192)
+    assert not id_map.fits(pool_layout.Layout({1: 2, 2: 2}, PoolTuning(max_map_ids=0)), 5, 5, 9)
     # Without statistics there are no bounds, so the scatter path runs, with the same pools.
     import pyarrow as pa
     import pyarrow.parquet as pq
@@ -456,3 +466,38 @@ def test_the_pools_pass_builds_on_scan_not_the_reverse() -> None:
     assert "seqpack_cli.prepare.scan" in graph["seqpack_cli.prepare.pools.engine"]
     assert "seqpack_cli.prepare.pools.engine" not in graph["seqpack_cli.prepare.scan"]
     assert not hasattr(scan, "scan_pools")
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    num=st.integers(1, 300),
+    step=st.sampled_from([1, 7, 2**40 + 3]),
+    offset=st.sampled_from([0, -(2**62), 2**62]),
+    duplicates=st.lists(st.tuples(st.integers(0, 299), st.integers(0, 299)), max_size=5),
+    bits=st.integers(3, 12),
+    num_chunks=st.integers(1, 4),
+    seed=st.integers(0, 2**16),
+)
+def test_id_check_flags_every_duplicate_and_gives_back_real_ids(
+    num, step, offset, duplicates, bits, num_chunks, seed
+) -> None:
+    # The check sorts bijective keys instead of arg-sorting: the candidates it hands to DuckDB
+    # must be real ids (not keys), and every duplicated id must be among them, whatever the
+    # chunking, the span (exact bitmap or hashed) and the order.
+    rng = np.random.default_rng(seed)
+    ids = (np.arange(num, dtype=np.int64) * step + offset)[rng.permutation(num)]
+    for target, source in duplicates:
+        if target < num and source < num:
+            ids[target] = ids[source]
+    check = id_checks.IdCheck(
+        int(ids.min()), int(ids.max()), max_bits_log2=bits, max_candidates=10**6
+    )
+    for chunk in np.array_split(ids, num_chunks):
+        check.add(chunk.copy())
+    candidates = set(np.concatenate(check.candidates).tolist()) if check.candidates else set()
+    values, counts = np.unique(ids, return_counts=True)
+    repeated = set(values[counts > 1].tolist())
+    assert repeated <= candidates
+    assert candidates <= set(ids.tolist()), "candidates are ids of the data"
+    if check.exact:
+        assert candidates == repeated, "an exact bitmap flags only true duplicates"

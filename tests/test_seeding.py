@@ -1,4 +1,5 @@
-"""seed_from_components, shuffle_bins and the stateless permutations of seqpack_cli.seeding."""
+"""seed_from_components and shuffle_bins (seqpack_cli.seeding), and the stateless permutations
+of an epoch built on them (seqpack_cli.epoch.permutations)."""
 
 from __future__ import annotations
 
@@ -13,13 +14,9 @@ from conftest import run_in_fresh_process
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from seqpack_cli.epoch.permutations import FeistelFamily, FeistelPermutation
 from seqpack_cli.errors import ConfigError
-from seqpack_cli.seeding import (
-    FeistelFamily,
-    FeistelPermutation,
-    seed_from_components,
-    shuffle_bins,
-)
+from seqpack_cli.seeding import seed_from_components, shuffle_bins
 
 SETTINGS = settings(max_examples=40, deadline=None)
 INT64 = st.integers(min_value=-(2**63), max_value=2**63 - 1)
@@ -71,7 +68,8 @@ def test_non_integer_or_out_of_range_components_are_refused(bad: object) -> None
 def test_seed_is_the_same_in_a_fresh_process() -> None:
     # A different PYTHONHASHSEED would change anything built on hash(); nothing here may be.
     code = (
-        "import json; from seqpack_cli.seeding import seed_from_components, FeistelPermutation;"
+        "import json; from seqpack_cli.seeding import seed_from_components;"
+        "from seqpack_cli.epoch.permutations import FeistelPermutation;"
         "print(json.dumps([seed_from_components(4, 2, 9),"
         " FeistelPermutation(1000, 77).take(__import__('numpy').arange(1000)).tolist()]))"
     )

@@ -228,13 +228,27 @@ def test_truncation_that_does_not_shorten_is_an_input_error() -> None:
 
 @pytest.mark.parametrize("length", [0, -3])
 def test_non_positive_length_is_an_input_error(length: int) -> None:
-    with pytest.raises(InputError, match=f"item 1 has length {length}; expected a length >= 1"):
+    with pytest.raises(
+        InputError,
+        match=rf"length_fn\(item 1\) is {length}; expected a positive integer .*"
+        "filter out empty items",
+    ):
         list(pack_stream([2, length], 8, length_fn=int))
 
 
 def test_non_integer_length_is_an_input_error() -> None:
-    with pytest.raises(InputError, match=r"length_fn returned 2\.5 for item 0"):
+    with pytest.raises(
+        InputError,
+        match=r"length_fn\(item 0\) is 2\.5 of type float; expected a positive integer .*"
+        "make length_fn return",
+    ):
         list(pack_stream([2.5], 8, length_fn=lambda x: x))
+
+
+def test_bool_length_is_an_input_error() -> None:
+    # True == 1, but a length_fn that returns a bool measures nothing: refused, not packed as 1.
+    with pytest.raises(InputError, match=r"length_fn\(item 0\) is the bool True"):
+        list(pack_stream([[1, 2]], 8, length_fn=lambda x: True))
 
 
 def test_numpy_integer_lengths_are_accepted() -> None:

@@ -14,17 +14,19 @@ from seqpack_cli.errors import ConfigError, InputError
 from seqpack_cli.packing.bounds import LowerBound
 from seqpack_cli.packing.histogram import pack_length_histogram_batched
 from seqpack_cli.stats import PackingStats
-from seqpack_cli.stats.sweep import (
-    bucket_lengths,
+from seqpack_cli.stats.baselines import (
     estimate_sequential_packing,
-    linear_edges,
     next_fit_num_bins,
     no_packing_stats,
-    power_of_two_edges,
-    profile_packing,
-    summarize_lengths,
-    sweep_max_seq_len,
 )
+from seqpack_cli.stats.distribution import (
+    bucket_lengths,
+    linear_edges,
+    power_of_two_edges,
+    summarize_lengths,
+)
+from seqpack_cli.stats.profile import profile_packing
+from seqpack_cli.stats.sweep import sweep_max_seq_len
 
 # A small dataset whose figures can be worked out by hand: 7 sequences, 40 tokens.
 #   lengths 3,3 | 5,5,5 | 7 | 12
@@ -219,17 +221,33 @@ def test_profile_golden() -> None:
 def test_bad_inputs_are_one_line_errors() -> None:
     # Python names the argument, the command line the flag.
     for options, python, flag in [
-        ({"max_seq_lens": []}, "max_seq_lens: give at least one value", "--max-seq-len: give"),
-        ({"max_seq_lens": [0]}, "max_seq_len is 0; expected a positive", "--max-seq-len is 0; expected"),
-        ({"sample_size": 0}, "sample_size 0 must be a positive", "--sample-size 0 must be"),
-        ({"max_seqs_per_bin": 0}, "max_seqs_per_bin is 0; expected a", "--max-seqs-per-bin is 0; expected"),
+        (
+            {"max_seq_lens": []},
+            "max_seq_lens is empty; expected at least one",
+            "--max-seq-len is empty; expected",
+        ),
+        (
+            {"max_seq_lens": [0]},
+            "max_seq_len is 0; expected a positive",
+            "--max-seq-len is 0; expected",
+        ),
+        (
+            {"sample_size": 0},
+            "sample_size is 0; expected a positive",
+            "--sample-size is 0; expected",
+        ),
+        (
+            {"max_seqs_per_bin": 0},
+            "max_seqs_per_bin is 0; expected a",
+            "--max-seqs-per-bin is 0; expected",
+        ),
     ]:
         with pytest.raises(ConfigError) as error:
             sweep_max_seq_len(SMALL, **{"max_seq_lens": [10], **options})
         assert python in str(error.value) and flag in error.value.cli_message()
     with pytest.raises(InputError, match="empty"):
         sweep_max_seq_len({}, [10])
-    with pytest.raises(InputError, match="length -3"):
+    with pytest.raises(InputError, match="length is -3"):
         sweep_max_seq_len({-3: 1}, [10])
 
 

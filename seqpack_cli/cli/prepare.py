@@ -1,4 +1,8 @@
-"""`seqpack prepare`: parse the options, run `prepare_dataset`, render the summary."""
+"""`seqpack prepare`: parse the options, run `prepare_dataset`, render the summary.
+
+The options are checked by `seqpack_cli.prepare.job.PrepareConfig` and the `--json` document is
+`seqpack_cli.prepare.job.prepare_summary`; this module only prints it, as JSON or as a table.
+"""
 
 from __future__ import annotations
 
@@ -25,34 +29,35 @@ from seqpack_cli.cli.options import (
 __all__ = ["prepare"]
 
 
-def _render_prepare(summary: dict[str, Any], manifest: dict[str, Any], seconds: float) -> None:
+def _render_prepare(summary: dict[str, Any]) -> None:
+    """The `prepare_summary` document as a table on the terminal."""
     from rich.console import Console
     from rich.table import Table
 
-    table = Table(title=f"{summary['output']}  ({seconds:.1f} s)", show_header=False, box=None)
+    title = f"{summary['output']}  ({summary['seconds']:.1f} s)"
+    table = Table(title=title, show_header=False, box=None)
     table.add_column(style="bold")
     table.add_column()
-    inputs = manifest["inputs"]
-    numbers = manifest["summary"]
+    inputs = summary["inputs"]
     table.add_row("inputs", f"{inputs['num_files']:,} files, {inputs['num_rows']:,} rows")
-    dropped = numbers["num_dropped"]
+    dropped = summary["num_dropped"]
     table.add_row(
         "sequences",
-        f"{numbers['num_sequences']:,}"
+        f"{summary['num_sequences']:,}"
         + (f" ({dropped:,} over --max-seq-len dropped)" if dropped else ""),
     )
-    table.add_row("tokens", f"{numbers['num_tokens']:,}")
+    table.add_row("tokens", f"{summary['num_tokens']:,}")
     table.add_row(
         "lengths",
-        f"{numbers['num_distinct_lengths']:,} distinct, "
-        f"{numbers['min_length']:,}..{numbers['max_length']:,}",
+        f"{summary['num_distinct_lengths']:,} distinct, "
+        f"{summary['min_length']:,}..{summary['max_length']:,}",
     )
-    table.add_row("bins", f"{numbers['num_bins']:,} from {numbers['num_templates']:,} templates")
+    table.add_row("bins", f"{summary['num_bins']:,} from {summary['num_templates']:,} templates")
     table.add_row(
         "efficiency",
         # Truncated, not rounded: 99.996% is not shown as a perfect 100.00%.
-        f"{int(numbers['efficiency'] * 10_000) / 100:.2f}% "
-        f"(lower bound {numbers['lower_bound_bins']:,} bins)",
+        f"{int(summary['efficiency'] * 10_000) / 100:.2f}% "
+        f"(lower bound {summary['lower_bound_bins']:,} bins)",
     )
     Console().print(table)
 
@@ -97,7 +102,7 @@ def prepare(
     json_output: JsonOption = False,
 ) -> None:
     """Scan parquet files into a prepared/ directory: length histogram, templates, id pools."""
-    from seqpack_cli.prepare import PrepareConfig, prepare_dataset
+    from seqpack_cli.prepare.job import PrepareConfig, prepare_dataset, prepare_summary
     from seqpack_cli.progress import rich_progress
 
     config = PrepareConfig(
@@ -117,15 +122,8 @@ def prepare(
     started = time.perf_counter()
     with rich_progress(enabled=not (quiet or json_output)) as progress:
         prepared = prepare_dataset(config, progress=progress)
-    seconds = time.perf_counter() - started
-    manifest = prepared.manifest
-    summary = {"output": str(prepared.path), "seconds": round(seconds, 3), **manifest["summary"]}
+    summary = prepare_summary(prepared, seconds=time.perf_counter() - started)
     if json_output:
-        document = {
-            **summary,
-            "config": manifest["config"],
-            "inputs": {k: v for k, v in manifest["inputs"].items() if k != "files"},
-        }
-        typer.echo(json.dumps(document, indent=2))
+        typer.echo(json.dumps(summary, indent=2))
     elif not quiet:
-        _render_prepare(summary, manifest, seconds)
+        _render_prepare(summary)

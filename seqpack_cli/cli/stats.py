@@ -1,15 +1,16 @@
-"""`seqpack stats`: parse the options, call `stats.describe.describe`, render the report.
+"""`seqpack stats`: parse the options, call `seqpack_cli.stats.describe.describe`, render.
 
 The figures and the `--json` document come from `seqpack_cli.stats.describe` (its docstring
-gives the document's keys and their meaning); the terminal report from `stats.report`, the HTML
-page from `stats.html`. Those (numpy, rich) are imported inside the command so
-`seqpack --help` stays fast.
+gives the document's keys and their meaning); the terminal report and the HTML page from
+`seqpack_cli.stats.render`. Those (numpy, rich) are imported inside the command so
+`seqpack --help` stays fast. Which mode, which options go together and what the report says are
+the library's: this module only turns the command line into a `StatsRequest` and prints.
 """
 
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated
 
 import typer
 
@@ -39,12 +40,11 @@ STATS_EPILOG = (
     "sample of --sample-size sequences drawn from the length histogram and scaled to the "
     "dataset: an estimate, marked *, costing ~0.1 s per max_seq_len at any size (exact for a "
     "dataset no larger than the sample). The order of your files is not used: the histogram "
-    "does not keep it; seqpack_cli.stats.sweep.next_fit_num_bins(lengths, max_seq_len) gives the "
-    "file-order figure from Python."
+    "does not keep it; seqpack_cli.stats.baselines.next_fit_num_bins(lengths, max_seq_len) gives "
+    "the file-order figure from Python."
     "\n\n"
     "--json prints the document seqpack_cli.stats.describe.describe(request).to_dict() returns; "
-    "that "
-    "module documents each key. Prepared directory: "
+    "that module documents each key. Prepared directory: "
     + ", ".join(JSON_SCHEMA["prepared"])
     + ". Sweep: "
     + ", ".join(JSON_SCHEMA["sweep"])
@@ -57,10 +57,9 @@ STATS_EPILOG = (
 def _parse_max_seq_lens(values: list[str]) -> list[int]:
     """`--max-seq-len 1024 --max-seq-len 2048,4096` -> [1024, 2048, 4096].
 
-    Every value is checked before any input is read: one over seqpack's limit is a `ConfigError`.
+    Text that is no positive integer is a usage error (exit code 2); the values themselves (one
+    over seqpack's limit, say) are checked by `StatsRequest`, before any input is read.
     """
-    from seqpack_cli.checks import check_max_seq_len
-
     parsed: list[int] = []
     for value in values:
         for piece in value.split(","):
@@ -73,12 +72,13 @@ def _parse_max_seq_lens(values: list[str]) -> list[int]:
                     "(--max-seq-len 1024,2048)",
                     param_hint="'--max-seq-len'",
                 )
-            parsed.append(check_max_seq_len(int(text)))
+            parsed.append(int(text))
     return parsed
 
 
 def _check_stray_numbers(inputs: list[str]) -> None:
-    # `--max-seq-len 1024 2048` leaves 2048 as an input: say how to give several values.
+    # `--max-seq-len 1024 2048` leaves 2048 as an input: say how to give several values. This is
+    # about how the shell line was split, so it is a usage error here, not a library check.
     for text in inputs:
         if text.replace(",", "").isdigit() and not Path(text).exists():
             raise typer.BadParameter(
@@ -89,67 +89,24 @@ def _check_stray_numbers(inputs: list[str]) -> None:
             )
 
 
-def _title(report: StatsReport) -> str:
-    if report.kind == "prepared":
-        return f"seqpack stats: {report.inputs[0]}"
-    if report.source == "prepared":
-        return f"seqpack stats: {report.inputs[0]} (lengths from counts.json)"
-    num_files = len(report.inputs)
-    return (
-        f"seqpack stats: {num_files:,} parquet file{'s' * (num_files != 1)}, "
-        f"length column {report.request.length_column!r}"
-    )
-
-
-def _prepared_details(manifest: dict[str, Any], verified: bool) -> list[tuple[str, str]]:
-    config = manifest.get("config", {})
-    inputs = manifest.get("inputs", {})
-    summary = manifest.get("summary", {})
-    return [
-        ("inputs", f"{inputs.get('num_files', 0):,} files, {inputs.get('num_rows', 0):,} rows"),
-        ("length column", str(config.get("length_column"))),
-        ("packer", str(config.get("packer"))),
-        ("dropped by prepare", f"{summary.get('num_dropped', 0):,} sequences over max_seq_len"),
-        ("checked", "sha256 of every file" if verified else "file sizes (--verify: sha256)"),
-    ]
-
-
 def _render(report: StatsReport, *, html: Path | None, quiet: bool, json_output: bool) -> None:
     """The HTML page (`--html`), then the JSON document (`--json`) or the terminal report."""
     from rich.console import Console
 
-    from seqpack_cli.stats.html import render_profile_html, render_sweep_html, write_html_report
-    from seqpack_cli.stats.report import render_profile, render_sweep
+    from seqpack_cli.stats.html import write_html_report
+    from seqpack_cli.stats.render import render_report, render_report_html
 
-    title = _title(report)
-    console = Console()
-    if not console.is_terminal:
-        console.width = max(console.width, 120)  # piped or captured: room for wide tables
-    if report.profile is not None:
-        profile = report.profile
-        shown: dict[str, Any] = {
-            "title": title,
-            "details": _prepared_details(dict(report.manifest or {}), report.request.verify),
-            "sample_size": report.request.sample_size,
-        }
-        page, terminal = (
-            lambda: render_profile_html(profile, **shown),
-            lambda: render_profile(console, profile, **shown),
-        )
-    elif report.sweep is not None:  # a report holds one of the two
-        sweep = report.sweep
-        page, terminal = (
-            lambda: render_sweep_html(sweep, title=title),
-            lambda: render_sweep(console, sweep, title=title),
-        )
     if html is not None:
-        written = write_html_report(html, page())
+        written = write_html_report(html, render_report_html(report))
         if not quiet:
             typer.echo(f"HTML report written to {written}", err=True)
     if json_output:
         typer.echo(report.to_json())
-    else:
-        terminal()
+        return
+    console = Console()
+    if not console.is_terminal:
+        console.width = max(console.width, 120)  # piped or captured: room for wide tables
+    render_report(console, report)
 
 
 def stats(

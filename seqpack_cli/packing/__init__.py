@@ -3,42 +3,48 @@
 - `per_sequence`: the reference's per-sequence packers (`greedy_pack_sequences`,
   `heap_pack_sequences`) and `length_histogram_from_lengths`;
 - `histogram`: the histogram engine (`pack_length_histogram[_batched]`) and its strategy registry;
-- `groups`, `fit`, `mffd`, `patterns`, `counts`: the strategies (best/first fit over length
-  groups, modified FFD, exact patterns for small `max_seq_len`, and bin counting);
+- `groups`, `fit`, `mffd`, `patterns`: the strategies, on groups of identical bins (`groups`):
+  best/first fit decreasing, modified FFD, and the pattern heuristic that closes bins exactly;
 - `bounds`: the one lower bound every report uses;
 - `efficiency`: `PackingStats`, the summary of a packing (re-exported by `seqpack_cli.stats`);
 - `online`: `pack_stream`, packing an unbounded stream with a bounded buffer.
 
 The epoch and seeding names are re-exported here so that every name the reference imports from
-`seqpack.packing` imports from `seqpack_cli.packing`.
+`seqpack.packing` imports from `seqpack_cli.packing`. They resolve lazily (PEP 562), so the modules
+of this package (which the prepare job imports) never load the epoch machinery they do not use.
 """
 
 from __future__ import annotations
 
-from seqpack_cli.epoch import EpochPlan, materialize_epoch
-from seqpack_cli.packing.histogram import (
-    BinTemplate,
-    pack_length_histogram,
-    pack_length_histogram_batched,
-)
-from seqpack_cli.packing.per_sequence import (
-    greedy_pack_sequences,
-    heap_pack_sequences,
-    length_histogram_from_lengths,
-    sort_indices_by_length,
-)
-from seqpack_cli.seeding import seed_from_components, shuffle_bins
+import importlib
+from typing import Any
 
-__all__ = [
-    "BinTemplate",
-    "EpochPlan",
-    "greedy_pack_sequences",
-    "heap_pack_sequences",
-    "length_histogram_from_lengths",
-    "materialize_epoch",
-    "pack_length_histogram",
-    "pack_length_histogram_batched",
-    "seed_from_components",
-    "shuffle_bins",
-    "sort_indices_by_length",
-]
+# public name -> module that defines it
+_EXPORTS: dict[str, str] = {
+    "BinTemplate": "seqpack_cli.packing.histogram",
+    "pack_length_histogram": "seqpack_cli.packing.histogram",
+    "pack_length_histogram_batched": "seqpack_cli.packing.histogram",
+    "greedy_pack_sequences": "seqpack_cli.packing.per_sequence",
+    "heap_pack_sequences": "seqpack_cli.packing.per_sequence",
+    "length_histogram_from_lengths": "seqpack_cli.packing.per_sequence",
+    "sort_indices_by_length": "seqpack_cli.packing.per_sequence",
+    "EpochPlan": "seqpack_cli.epoch",
+    "materialize_epoch": "seqpack_cli.epoch",
+    "seed_from_components": "seqpack_cli.seeding",
+    "shuffle_bins": "seqpack_cli.seeding",
+}
+
+__all__ = sorted(_EXPORTS)
+
+
+def __getattr__(name: str) -> Any:
+    module_name = _EXPORTS.get(name)
+    if module_name is None:
+        raise AttributeError(f"module 'seqpack_cli.packing' has no attribute {name!r}")
+    value = getattr(importlib.import_module(module_name), name)
+    globals()[name] = value  # cache: later look-ups skip __getattr__
+    return value
+
+
+def __dir__() -> list[str]:
+    return __all__

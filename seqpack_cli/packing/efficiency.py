@@ -10,9 +10,10 @@ virtual index h = (B - 1) * q, interpolated linearly between the two neighbourin
 template path evaluates the same formula on (distinct fullness, number of bins) pairs, without
 expanding the bins, so it costs O(distinct templates) whatever the multiplicities.
 
-`lower_bound_bins` is the engine's bound (`packing.bounds`) on the packed lengths: by volume,
-Martello and Toth's L2, the sequences that cannot share a bin, and ceil(sequences / cap) when
-the packing was made with `max_seqs_per_bin`. Pass that cap, or the bound leaves it out.
+`lower_bound_bins` is the engine's bound (`seqpack_cli.packing.bounds`) on the packed lengths:
+by volume, Martello and Toth's L2, the sequences that cannot share a bin, and
+ceil(sequences / cap) when the packing was made with `max_seqs_per_bin`. Pass that cap, or the
+bound leaves it out.
 """
 
 from __future__ import annotations
@@ -26,26 +27,14 @@ from typing import Any
 
 import numpy as np
 
-from seqpack_cli.checks import check_max_seqs_per_bin
-from seqpack_cli.errors import ConfigError, InputError, option
+from seqpack_cli.checks import check_max_seq_len, check_max_seqs_per_bin
+from seqpack_cli.errors import InputError, option
 from seqpack_cli.packing.bounds import lower_bounds_of_lengths
 from seqpack_cli.templates import canonical_templates, packed_lengths
 
 __all__ = ["PackingStats"]
 
 _QUANTILES = (0.5, 0.9, 0.99)
-
-
-def _max_seq_len(value: Any) -> int:
-    if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, np.integer)):
-        raise ConfigError(
-            f"{option('max_seq_len')} is {value!r}; expected a positive integer (tokens per bin)"
-        )
-    if value <= 0:
-        raise ConfigError(
-            f"{option('max_seq_len')} is {value}; expected a positive integer (tokens per bin)"
-        )
-    return int(value)
 
 
 def fill_figures(
@@ -93,8 +82,9 @@ class PackingStats:
 
     `efficiency` = num_tokens / capacity (capacity = num_bins * max_seq_len) and the fullness
     percentiles are fractions in [0, 1]; `lower_bound_bins` is the strongest bound the engine
-    knows on the bins any packing of these sequences needs (`packing.bounds.LowerBound`), at
-    least ceil(num_tokens / max_seq_len). Empty input gives all zeros.
+    knows on the bins any packing of these sequences needs
+    (`seqpack_cli.packing.bounds.LowerBound`), at least ceil(num_tokens / max_seq_len). Empty
+    input gives all zeros.
     """
 
     num_bins: int
@@ -126,7 +116,7 @@ class PackingStats:
         `max_seqs_per_bin`: the cap the packing was made with (None: none); it counts in the
         lower bound, and a bin holding more sequences is refused.
         """
-        limit = _max_seq_len(max_seq_len)
+        limit = check_max_seq_len(max_seq_len)
         cap = check_max_seqs_per_bin(max_seqs_per_bin)
         bins = [list(b) for b in bins]
         length_array = np.asarray(lengths)
@@ -175,7 +165,7 @@ class PackingStats:
         `max_seqs_per_bin`: the cap the packing was made with (None: none); it counts in the
         lower bound, and a template holding more sequences is refused.
         """
-        limit = _max_seq_len(max_seq_len)
+        limit = check_max_seq_len(max_seq_len)
         cap = check_max_seqs_per_bin(max_seqs_per_bin)
         pairs = canonical_templates(templates)
         tokens = np.array([sum(template) for template, _ in pairs], dtype=np.int64)

@@ -2,8 +2,9 @@
 
 Each is *exactly* its per-item version on the lengths sorted longest first (the same templates),
 which tests/test_histogram.py checks against the per-item packers of
-benchmarks/reference_packers.py, but moves whole groups of identical bins (see `bin_groups`)
-and a length's whole count at a time, so its cost does not grow with the number of sequences.
+benchmarks/reference_packers.py, but moves whole groups of identical bins (see
+`seqpack_cli.packing.groups`) and a length's whole count at a time, so its cost does not grow
+with the number of sequences.
 
 Both take `limit`: the bins of the best packing found so far. Bins are only ever opened, never
 closed, so a strategy stops and returns None as soon as it has opened `limit` bins: it can no

@@ -3,9 +3,10 @@
 A histogram `{length: count}` is packed into templates: `Counter{(l1 >= l2 >= ...): bins}` with
 every template's sum <= max_seq_len (and, when capped, at most `max_seqs_per_bin` lengths).
 `pack_length_histogram_batched` is the engine: it runs the pattern heuristic
-(`patterns`) and the exact grouped BFD, FFD (`fit`) and MFFD (`mffd`), whose count-only twins
-(`counts`) tell cheaply whether they can win, and keeps the best; the lower bounds live in
-`bounds`.
+(`seqpack_cli.packing.patterns`) and the exact grouped BFD, FFD (`seqpack_cli.packing.fit`) and
+MFFD (`seqpack_cli.packing.mffd`), each given the best packing so far as its `limit` so that it
+stops as soon as it cannot win, and keeps the best; the lower bounds live in
+`seqpack_cli.packing.bounds`.
 """
 
 from __future__ import annotations
@@ -18,7 +19,6 @@ from collections.abc import Callable, Iterable, Mapping
 
 from seqpack_cli.checks import check_max_seqs_per_bin, validate_length_counts
 from seqpack_cli.packing.bounds import lower_bound, lower_bounds
-from seqpack_cli.packing.counts import count_bfd_bins, count_ffd_bins, count_mffd_bins
 from seqpack_cli.packing.fit import bfd_groups, ffd_groups
 from seqpack_cli.packing.groups import BinTemplate, Group, count_bins, group_templates
 from seqpack_cli.packing.mffd import mffd_groups
@@ -39,16 +39,11 @@ logger = logging.getLogger(__name__)
 LengthCounts = Mapping[int, int] | Iterable[tuple[int, int]]
 
 Strategy = Callable[..., list[Group] | None]
-BinCounter = Callable[[list[tuple[int, int]], int, float], int | None]
 
-# The exact classic strategies, each with its count-only twin (uncapped): the twin says whether
-# the strategy beats the best packing so far, stopping as soon as it cannot, and only a winner is
-# run again to build its templates.
-_CLASSICS: dict[str, tuple[Strategy, BinCounter]] = {
-    "bfd": (bfd_groups, count_bfd_bins),
-    "ffd": (ffd_groups, count_ffd_bins),
-    "mffd": (mffd_groups, count_mffd_bins),
-}
+# The exact classic strategies. Each runs once, with the bins of the best packing so far as its
+# `limit`: bins are only ever opened, so it stops (None) as soon as it has opened that many, and
+# a strategy that finishes has beaten the best and has its templates already.
+_CLASSICS: dict[str, Strategy] = {"bfd": bfd_groups, "ffd": ffd_groups, "mffd": mffd_groups}
 # The order the engine tries the strategies in (on a tie the earlier one is kept). The pattern
 # heuristic comes first: it closes bins exactly, so it reaches the bound wherever the volume
 # (tokens) is what limits the packing, as on every realistic shape. Where the number of
@@ -186,12 +181,7 @@ def _best_groups(
                 continue  # its per-length tables and bitsets are O(max_seq_len)
             groups: list[Group] | None = pattern_groups(items, max_seq_len, cap)
         else:
-            strategy, count_bins_of = _CLASSICS[name]
-            if cap is None and best_bins != float("inf"):
-                num_bins = count_bins_of(items, max_seq_len, best_bins)
-                groups = None if num_bins is None else strategy(items, max_seq_len, cap)
-            else:  # the first to run, or capped (no twin): the strategy stops at the limit
-                groups = strategy(items, max_seq_len, cap, best_bins)
+            groups = _CLASSICS[name](items, max_seq_len, cap, best_bins)
         if groups is None:
             logger.debug("strategy %s: stopped, it cannot beat %s bins", name, best_bins)
             continue

@@ -1,9 +1,9 @@
 """Online packing for data that cannot be prepared offline: best-fit decreasing, bounded buffer.
 
-`prepare` packs a whole dataset's length histogram at once. A stream (tokenised on the fly, an
-endless mixture, a remote reader) has no histogram, so `pack_stream` packs it as it goes, the way
-ms-swift's `IterablePackingDataset` and lmms-engine's streaming path do, but with a tighter
-algorithm than their next-fit / per-chunk packing:
+`seqpack_cli.prepare` packs a whole dataset's length histogram at once. A stream (tokenised on
+the fly, an endless mixture, a remote reader) has no histogram, so `pack_stream` packs it as it
+goes, the way ms-swift's `IterablePackingDataset` and lmms-engine's streaming path do, but with a
+tighter algorithm than their next-fit / per-chunk packing:
 
 1. Items are read into a *pending* list until the buffer (pending items plus items already sitting
    in open bins) holds `buffer_size` items.
@@ -28,11 +28,11 @@ from __future__ import annotations
 
 import bisect
 import logging
-import operator
 from collections import deque
 from collections.abc import Callable, Iterable, Iterator
 from typing import Any, Generic, Literal, TypeVar
 
+from seqpack_cli.checks import check_int, is_int
 from seqpack_cli.errors import ConfigError, InputError
 
 __all__ = ["DEFAULT_BUFFER_SIZE", "OVERLONG_POLICIES", "OverlongPolicy", "pack_stream"]
@@ -121,19 +121,21 @@ class _OpenBins(Generic[T]):
 
 def _checked_length(value: Any, index: int) -> int:
     """The item's length as an int, or InputError naming the item."""
-    try:
-        length = operator.index(value)
-    except TypeError:
-        raise InputError(
-            f"pack_stream: length_fn returned {value!r} for item {index}; expected an int "
-            "(the item's number of tokens); fix length_fn"
-        ) from None
-    if length <= 0:
-        raise InputError(
-            f"pack_stream: item {index} has length {length}; expected a length >= 1; "
-            "filter out empty items before packing"
-        )
-    return length
+    if type(value) is int and value > 0:  # the usual case, without building a message per item
+        return value
+    fix = (
+        "filter out empty items before packing"
+        if is_int(value)
+        else "make length_fn return the item's number of tokens"
+    )
+    return check_int(
+        f"pack_stream: length_fn(item {index})",
+        value,
+        minimum=1,
+        expected="a positive integer (the item's number of tokens)",
+        fix=fix,
+        error=InputError,
+    )
 
 
 def _truncated(

@@ -14,14 +14,20 @@ import os
 import time
 from collections import Counter
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from seqpack_cli import __version__
-from seqpack_cli.checks import MAX_SEQ_LEN_LIMIT, check_max_seq_len, check_max_seqs_per_bin
+from seqpack_cli.checks import (
+    MAX_SEQ_LEN_LIMIT,
+    check_int,
+    check_max_seq_len,
+    check_max_seqs_per_bin,
+)
 from seqpack_cli.errors import ConfigError, InputError, option
 from seqpack_cli.interrupts import signals_held
+from seqpack_cli.prepare.pools.tuning import PoolTuning
 from seqpack_cli.prepared import (
     COUNTS_NAME,
     FORMAT_NAME,
@@ -38,7 +44,7 @@ from seqpack_cli.prepared import (
 )
 from seqpack_cli.progress import ProgressCallback
 
-__all__ = ["PACKERS", "PrepareConfig", "load_prepared", "prepare_dataset"]
+__all__ = ["PACKERS", "PrepareConfig", "load_prepared", "prepare_dataset", "prepare_summary"]
 
 logger = logging.getLogger(__name__)
 
@@ -70,6 +76,8 @@ class PrepareConfig:
     memory_limit: str | None = None
     temp_dir: str | os.PathLike[str] | None = None
     overwrite: bool = False
+    tuning: PoolTuning = field(default_factory=PoolTuning)
+    """The sizes the pools pass works in (not a CLI option): tests shrink them."""
 
     def __post_init__(self) -> None:
         with signals_held():  # the first import of DuckDB, which a signal must not cut short
@@ -93,13 +101,15 @@ class PrepareConfig:
                 f"{option('packer')} is {self.packer!r}; expected one of {', '.join(PACKERS)}"
             )
         object.__setattr__(self, "packer", packer)
-        if self.threads is not None and (
-            isinstance(self.threads, bool) or not isinstance(self.threads, int) or self.threads < 1
-        ):
-            raise ConfigError(
-                f"{option('threads')} is {self.threads!r}; expected an integer >= 1, or leave "
-                "it unset to use every core"
+        if self.threads is not None:
+            check_int(
+                option("threads"),
+                self.threads,
+                minimum=1,
+                expected="an integer >= 1, or leave it unset to use every core",
             )
+        if not isinstance(self.tuning, PoolTuning):
+            raise ConfigError(f"tuning is {self.tuning!r}; expected a PoolTuning")
         if self.memory_limit is not None:
             object.__setattr__(self, "memory_limit", check_memory_limit(self.memory_limit))
         object.__setattr__(self, "output", Path(os.path.abspath(self.output)))
@@ -304,6 +314,7 @@ def prepare_dataset(config: PrepareConfig, *, progress: ProgressCallback | None 
                 append_pool=writer.append_pool,
                 workers=config.threads,
                 progress=progress,
+                tuning=config.tuning,
             )
         finally:
             close_connection(con)
@@ -321,3 +332,16 @@ def prepare_dataset(config: PrepareConfig, *, progress: ProgressCallback | None 
         prepared = Prepared(output, writer.manifest, counts, written, PoolMap(output, counts))
     logger.info("wrote %s in %.2fs", output, time.perf_counter() - started)
     return prepared
+
+
+def prepare_summary(prepared: Prepared, *, seconds: float) -> dict[str, Any]:
+    """The `seqpack prepare --json` document: the directory written, the job's `seconds`, the
+    manifest's summary, then its config and inputs (without the per-file list)."""
+    manifest = prepared.manifest
+    return {
+        "output": str(prepared.path),
+        "seconds": round(seconds, 3),
+        **manifest["summary"],
+        "config": manifest["config"],
+        "inputs": {key: value for key, value in manifest["inputs"].items() if key != "files"},
+    }

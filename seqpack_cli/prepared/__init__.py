@@ -2,6 +2,10 @@
 
 - `layout`: file names, the format version, canonical JSON bytes, `Prepared`;
 - `writer`: `PreparedWriter` (atomic: temporary sibling, manifest last, one swap), `write_prepared`;
+- `staging`: the hidden temporary sibling the writer builds in: created, locked, discarded;
+- `pool_files`: the `pools/{length}.npy` files, created with their headers, filled by appends;
+- `pool_creation`: the pool files created in a background thread while the caller scans;
+- `swap`: `move_into_place`, the one step that puts the new directory where the output is;
 - `output_checks`: `check_output`, what an output may replace;
 - `siblings`: the hidden temporary siblings' names, renameat2, `recover_siblings` after killed runs;
 - `reader`: `load_prepared` and `PoolMap` (memory-mapped pools, checks, `verify=True` hashes);
@@ -23,10 +27,11 @@ from seqpack_cli.prepared.layout import (
     counts_to_json,
     templates_to_json,
 )
+from seqpack_cli.prepared.output_checks import check_output
 from seqpack_cli.prepared.pool_files import pool_file_name
 from seqpack_cli.prepared.reader import PoolMap, load_prepared
 from seqpack_cli.prepared.siblings import recover_siblings
-from seqpack_cli.prepared.writer import PreparedWriter, check_output, write_prepared
+from seqpack_cli.prepared.writer import PreparedWriter, write_prepared
 
 __all__ = [
     "COUNTS_NAME",

@@ -4,7 +4,8 @@ An output may be created where nothing is, or replace (with `overwrite`) an empt
 seqpack prepared directory that holds nothing else: never a file, a directory with another
 program's `manifest.json`, files the user put in a prepared directory, or a mount point. A name
 too long for the filesystem, or a parent that cannot be written, is refused up front too.
-`PreparedWriter` checks again right before it swaps its output in.
+`PreparedWriter` checks again right before it swaps its output in
+(`seqpack_cli.prepared.swap.move_into_place`).
 """
 
 from __future__ import annotations

@@ -8,8 +8,9 @@ With thousands of distinct lengths the per-file costs dominate small datasets: c
 costs 20 us to 1 ms (up to 0.5 ms on ext4 without a journal, right after many files were deleted),
 and opening one again for every chunk would cost as much again. So the files are created once (in a
 background thread, while the scan runs) and kept open when the open-files limit allows: the soft
-limit is raised towards the hard one for as long as the writer lives. Where even the hard limit is
-too low, each append opens and closes its file.
+limit is raised towards the hard one for as long as the writer lives, keeping `reserved_fds`
+(default `RESERVED_FDS`) free for everything else. Where even the hard limit is too low, each
+append opens and closes its file.
 """
 
 from __future__ import annotations
@@ -24,14 +25,17 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["POOL_DTYPE", "PoolFiles", "npy_header", "pool_file_name", "write_all"]
+from seqpack_cli.checks import check_int
+
+__all__ = ["POOL_DTYPE", "RESERVED_FDS", "PoolFiles", "npy_header", "pool_file_name", "write_all"]
 
 logger = logging.getLogger(__name__)
 
 POOLS_DIR = "pools"
 POOL_DTYPE = np.dtype("<i8")
-_RESERVED_FDS = 256
-"""Descriptors left free for everything else (DuckDB's input files, logging, the interpreter)."""
+RESERVED_FDS = 256
+"""Descriptors `PoolFiles` leaves free by default for everything else (DuckDB's input files,
+logging, the interpreter) when it decides whether every pool file can stay open."""
 
 try:
     import resource
@@ -74,16 +78,16 @@ def _open_files_now() -> int:
 
 
 class _FdLimit:
-    """Raises the soft open-files limit enough to keep `count` more files open, if the hard
-    limit allows; `restore()` puts the old soft limit back."""
+    """Raises the soft open-files limit enough to keep `count` more files open with `reserved`
+    descriptors to spare, if the hard limit allows; `restore()` puts the old soft limit back."""
 
-    def __init__(self, count: int) -> None:
+    def __init__(self, count: int, reserved: int) -> None:
         self.previous: tuple[int, int] | None = None
         self.enough = False
         if resource is None:
             return
         soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
-        needed = _open_files_now() + count + _RESERVED_FDS
+        needed = _open_files_now() + count + reserved
         if soft == resource.RLIM_INFINITY or needed <= soft:
             self.enough = True
         elif hard == resource.RLIM_INFINITY or needed <= hard:
@@ -118,10 +122,20 @@ class PoolFiles:
     one thread at a time, in order, while different pools may be written from different threads.
     `finish()` checks that every pool got exactly its count and returns each file's size and
     sha256; `abort()` just closes everything.
+
+    The files stay open between appends only if the open-files limit leaves `reserved_fds`
+    descriptors free besides them; otherwise each append reopens its file.
     """
 
-    def __init__(self, root: str | os.PathLike[str], counts: Mapping[int, int]) -> None:
+    def __init__(
+        self,
+        root: str | os.PathLike[str],
+        counts: Mapping[int, int],
+        *,
+        reserved_fds: int = RESERVED_FDS,
+    ) -> None:
         self._root = os.fspath(root)
+        self._reserved_fds = check_int("reserved_fds", reserved_fds, minimum=0)
         self.lengths = sorted(int(length) for length in counts)
         self._position = {length: index for index, length in enumerate(self.lengths)}
         self._expected = [int(counts[length]) for length in self.lengths]
@@ -138,7 +152,7 @@ class PoolFiles:
     def create(self, stop: threading.Event | None = None) -> None:
         """Create every pool file with its header; stops early (and quietly) once `stop` is set."""
         started = time.perf_counter()
-        limit = _FdLimit(len(self.lengths))
+        limit = _FdLimit(len(self.lengths), self._reserved_fds)
         with self._lock:
             self._limit = limit
         for index, count in enumerate(self._expected):

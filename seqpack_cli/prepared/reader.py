@@ -7,8 +7,8 @@ counts.json says (O(templates), always); with `verify=True` it also checks every
 
 Pools are memory-mapped without holding a file descriptor each, so datasets with tens of
 thousands of distinct lengths load under the common 1024 open-files limit; and at most
-`MAX_MAPPED_POOLS` of them are mapped (the largest), so they also stay under the kernel's limit on
-mappings per process (see `PoolMap`).
+`max_mapped_pools` of them (default `MAX_MAPPED_POOLS`) are mapped, the largest, so they also stay
+under the kernel's limit on mappings per process (see `PoolMap`).
 
 Part of the training-time runtime: imports neither duckdb nor rich.
 """
@@ -31,6 +31,7 @@ from typing import Any
 
 import numpy as np
 
+from seqpack_cli.checks import check_int
 from seqpack_cli.errors import PreparedFormatError
 from seqpack_cli.prepared.consistency import (
     check_figures,
@@ -48,7 +49,8 @@ __all__ = ["MAX_MAPPED_POOLS", "PoolMap", "load_prepared"]
 logger = logging.getLogger(__name__)
 
 MAX_MAPPED_POOLS = 4096
-"""The most pools one `PoolMap` memory-maps: the largest ones; the others are read into memory.
+"""The most pools one `PoolMap` memory-maps by default (`max_mapped_pools`): the largest ones;
+the others are read into memory.
 
 Each mapping is one entry of the kernel's per-process table (`vm.max_map_count`, 65530 by
 default, shared with every library in the process), so mapping one pool per distinct length
@@ -209,34 +211,44 @@ class PoolMap(Mapping[int, np.ndarray]):
     pool is used. Pickles as its location: DataLoader workers open the files themselves instead
     of receiving copies.
 
-    With `mmap=True` (the default), the `MAX_MAPPED_POOLS` (4096) largest pools (by count; ties
-    by length) are memory-mapped: their ids stay in the page cache, shared by every process
-    that maps them and paged out under memory pressure. The other pools are read into memory:
-    a mapping costs an entry of the kernel's per-process table (`vm.max_map_count`, 65530 by
-    default) whatever the pool's size, so mapping one pool per length fails past ~65,000
-    distinct lengths. This keeps the mappings of a `PoolMap` at 4096 whatever the number of
-    distinct lengths; the memory read is that of the smallest pools only (each at most as large
-    as the smallest mapped pool; with long-tailed lengths, a small fraction of the ids), and
-    nothing at all with 4096 distinct lengths or fewer. A pool whose mapping fails for want of
-    mappings (ENOMEM: other libraries hold them) is read into memory, with a warning.
+    With `mmap=True` (the default), the `max_mapped_pools` (default `MAX_MAPPED_POOLS`, 4096)
+    largest pools (by count; ties by length) are memory-mapped: their ids stay in the page
+    cache, shared by every process that maps them and paged out under memory pressure. The
+    other pools are read into memory: a mapping costs an entry of the kernel's per-process table
+    (`vm.max_map_count`, 65530 by default) whatever the pool's size, so mapping one pool per
+    length fails past ~65,000 distinct lengths. This keeps the mappings of a `PoolMap` at
+    `max_mapped_pools` whatever the number of distinct lengths; the memory read is that of the
+    smallest pools only (each at most as large as the smallest mapped pool; with long-tailed
+    lengths, a small fraction of the ids), and nothing at all with `max_mapped_pools` distinct
+    lengths or fewer. A pool whose mapping fails for want of mappings (ENOMEM: other libraries
+    hold them) is read into memory, with a warning.
     `mmap=False` reads every pool into memory.
     """
 
-    def __init__(self, root: str | os.PathLike[str], counts: Mapping[int, int], mmap: bool = True):
+    def __init__(
+        self,
+        root: str | os.PathLike[str],
+        counts: Mapping[int, int],
+        mmap: bool = True,
+        *,
+        max_mapped_pools: int = MAX_MAPPED_POOLS,
+    ):
         self._root = Path(root)
         self._counts = {int(length): int(count) for length, count in counts.items()}
         self._mmap = mmap
+        self.max_mapped_pools = check_int("max_mapped_pools", max_mapped_pools, minimum=0)
+        """The most pools this map memory-maps (the largest)."""
         self._arrays: dict[int, np.ndarray] = {}
-        mapped: list[int] = []
-        if mmap:
-            if len(self._counts) <= MAX_MAPPED_POOLS:
-                mapped = list(self._counts)
-            else:
-                by_size = ((count, -length) for length, count in self._counts.items())
-                mapped = [-key for _, key in heapq.nlargest(MAX_MAPPED_POOLS, by_size)]
-        self._to_map = frozenset(mapped)
+        self._to_map = frozenset(self._largest_pools() if mmap else ())
         self.num_mapped = 0
-        """Pools memory-mapped so far (at most `MAX_MAPPED_POOLS`)."""
+        """Pools memory-mapped so far (at most `max_mapped_pools`)."""
+
+    def _largest_pools(self) -> list[int]:
+        """The lengths of the `max_mapped_pools` largest pools (by count; ties by length)."""
+        if len(self._counts) <= self.max_mapped_pools:
+            return list(self._counts)
+        by_size = ((count, -length) for length, count in self._counts.items())
+        return [-key for _, key in heapq.nlargest(self.max_mapped_pools, by_size)]
 
     def __getitem__(self, length: int) -> np.ndarray:
         array = self._arrays.get(length)
@@ -259,10 +271,17 @@ class PoolMap(Mapping[int, np.ndarray]):
         return len(self._counts)
 
     def __reduce__(self) -> tuple[Any, ...]:
-        return (PoolMap, (self._root, self._counts, self._mmap))
+        return (_reopen_pool_map, (self._root, self._counts, self._mmap, self.max_mapped_pools))
 
     def __repr__(self) -> str:
         return f"PoolMap({os.fspath(self._root)!r}, {len(self)} pools, mmap={self._mmap})"
+
+
+def _reopen_pool_map(
+    root: Path, counts: Mapping[int, int], mmap: bool, max_mapped_pools: int
+) -> PoolMap:
+    """A `PoolMap` unpickled: the same files, opened again on the other side."""
+    return PoolMap(root, counts, mmap, max_mapped_pools=max_mapped_pools)
 
 
 def _read_contents(
@@ -293,14 +312,20 @@ def _read_contents(
 
 
 def load_prepared(
-    path: str | os.PathLike[str], *, mmap: bool = True, verify: bool = False
+    path: str | os.PathLike[str],
+    *,
+    mmap: bool = True,
+    verify: bool = False,
+    max_mapped_pools: int = MAX_MAPPED_POOLS,
 ) -> Prepared:
     """Load a prepared directory written by `seqpack prepare`.
 
     Returns a `Prepared` that unpacks as `manifest, counts, templates, pools`. Pools are
-    read-only int64 arrays, opened on first use: the largest (up to `MAX_MAPPED_POOLS`)
-    memory-mapped by default, with no file descriptor held per pool, so any number of distinct
-    lengths loads (see `PoolMap`); `mmap=False` reads them all into memory now.
+    read-only int64 arrays, opened on first use: the largest (up to `max_mapped_pools`, default
+    `MAX_MAPPED_POOLS`) memory-mapped by default, with no file descriptor held per pool, so any
+    number of distinct lengths loads (see `PoolMap`); `mmap=False` reads them all into memory
+    now. A smaller `max_mapped_pools` leaves more of the kernel's mappings to the rest of the
+    process; `ConfigError` unless it is an integer >= 0.
 
     Raises `PreparedFormatError`, naming the file, the field and the value, for a missing or
     incomplete directory, an unknown `format_version`, a manifest, counts.json or
@@ -311,6 +336,7 @@ def load_prepared(
     `verify=True`) any file whose sha256 differs from the manifest's.
     """
     root = Path(path)
+    max_mapped_pools = check_int("max_mapped_pools", max_mapped_pools, minimum=0)
     manifest = _read_manifest(root)
     counts, pairs = _read_contents(root, manifest)
     _check_files(root, manifest["files"], verify=verify)
@@ -319,7 +345,7 @@ def load_prepared(
         root, pairs, counts, config["max_seq_len"], config.get("max_seqs_per_bin")
     )
     check_figures(root, manifest, counts, templates)
-    pools = PoolMap(root, counts, mmap)
+    pools = PoolMap(root, counts, mmap, max_mapped_pools=max_mapped_pools)
     if not mmap:
         for length in counts:
             pools[length]

@@ -5,7 +5,9 @@ two directories in one step, moves the copy it replaces aside as `.{name}.seqpac
 Names too long for the filesystem with that decoration are shortened to their start plus `~` and
 a hash of the whole name. This module names those siblings (`sibling_path`, `is_sibling_of`),
 swaps and moves directories with Linux's renameat2 (`rename2`: RENAME_EXCHANGE,
-RENAME_NOREPLACE) through ctypes, and cleans up after killed runs (`recover_siblings`).
+RENAME_NOREPLACE) through ctypes, and cleans up after killed runs (`recover_siblings`). The
+writer's side lives in `staging` (creating and locking the temporary sibling) and `swap` (the
+move into place).
 
 Each temporary sibling is flock()ed by the run writing it for as long as that run lives, so a
 later run knows for sure which siblings of its output were left by killed runs (whatever pid

@@ -1,8 +1,12 @@
 """Reports on packings: the data `seqpack stats` prints, and how it is rendered.
 
 - `describe`: `StatsRequest` -> `describe()` -> `StatsReport`, whose `to_dict()` is `--json`;
-- `sweep`: the baselines (per-item packers, no packing) and the `max_seq_len` sweep;
-- `report`: the terminal rendering (rich); `html`: the self-contained `--html` page.
+- `distribution`: the length histogram checked, summarised (`LengthSummary`) and bucketed;
+- `baselines`: packing without seqpack (no packing; sequential next-fit on a seeded sample);
+- `profile`: one packing (a prepared directory) described (`PackingProfile`);
+- `sweep`: seqpack and both baselines at each candidate `max_seq_len` (`SweepResult`);
+- `render`: a `StatsReport` drawn, by mode: `report` (the terminal, rich) or `html` (the
+  self-contained `--html` page).
 
 `PackingStats` is defined in `seqpack_cli.packing.efficiency` (the prepare job needs it, and it
 sits below the job) and is re-exported here under the reference's path, lazily: importing

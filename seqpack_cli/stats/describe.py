@@ -2,15 +2,16 @@
 
 `describe(StatsRequest(...))` decides the mode from the request and returns a `StatsReport`;
 `StatsReport.to_dict()` is the document `seqpack stats --json` prints, and the CLI only renders
-it (terminal: `seqpack_cli.stats.report`, HTML: `seqpack_cli.stats.html`).
+it (`seqpack_cli.stats.render`: the terminal report of `seqpack_cli.stats.report`, the HTML page
+of `seqpack_cli.stats.html`).
 
 The mode:
 
 - **prepared**: one input that is a prepared directory (it has a manifest.json) and no
-  `max_seq_lens`: its packing described (`sweep.profile_packing`).
+  `max_seq_lens`: its packing described (`seqpack_cli.stats.profile.profile_packing`).
 - **sweep**: `max_seq_lens` given: seqpack and both baselines at each value
-  (`sweep.sweep_max_seq_len`), on the lengths of parquet inputs (read from `length_column`) or
-  of a prepared directory's counts.json.
+  (`seqpack_cli.stats.sweep.sweep_max_seq_len`), on the lengths of parquet inputs (read from
+  `length_column`) or of a prepared directory's counts.json.
 
 The `--json` document (`StatsReport.to_dict()`), by mode; `JSON_SCHEMA` holds the same keys, in
 order, and the tests check every document against it:
@@ -65,12 +66,15 @@ from seqpack_cli.interrupts import signals_held
 from seqpack_cli.progress import ProgressCallback
 
 if TYPE_CHECKING:
-    from seqpack_cli.stats.sweep import PackingProfile, SweepResult
+    from seqpack_cli.prepared import Prepared
+    from seqpack_cli.stats.profile import PackingProfile
+    from seqpack_cli.stats.sweep import SweepResult
 
 __all__ = ["DEFAULT_SAMPLE_SIZE", "JSON_SCHEMA", "StatsReport", "StatsRequest", "describe"]
 
 DEFAULT_SAMPLE_SIZE = 1_000_000
-"""`sweep.DEFAULT_SAMPLE_SIZE`, written out so this module imports without numpy (tested)."""
+"""`seqpack_cli.stats.baselines.DEFAULT_SAMPLE_SIZE`, written out so this module imports without
+numpy (tested)."""
 
 JSON_SCHEMA: Mapping[str, tuple[str, ...]] = {
     "prepared": (
@@ -152,6 +156,8 @@ class StatsRequest:
 
     def __post_init__(self) -> None:
         from seqpack_cli.checks import check_max_seq_len, check_max_seqs_per_bin
+        from seqpack_cli.stats.baselines import check_sample_seed, check_sample_size
+        from seqpack_cli.stats.profile import check_top
 
         if isinstance(self.inputs, str | os.PathLike):
             object.__setattr__(self, "inputs", (self.inputs,))
@@ -165,9 +171,9 @@ class StatsRequest:
             check_max_seq_len(value) for value in ((lens,) if isinstance(lens, int) else lens)
         )
         object.__setattr__(self, "max_seq_lens", lens)
-        _check_count("top", self.top, 0, "the number of templates listed")
-        _check_count("sample_size", self.sample_size, 1, "e.g. 1000000")
-        _check_count("seed", self.seed, 0, "e.g. 0")
+        object.__setattr__(self, "top", check_top(self.top))
+        object.__setattr__(self, "sample_size", check_sample_size(self.sample_size))
+        object.__setattr__(self, "seed", check_sample_seed(self.seed))
         object.__setattr__(self, "prepared_dir", self._prepared_source())
         self._check_combination()
         if self.is_sweep:
@@ -234,11 +240,6 @@ class StatsRequest:
             )
 
 
-def _check_count(name: str, value: Any, minimum: int, example: str) -> None:
-    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
-        raise ConfigError(f"{option(name)} {value!r} must be an integer >= {minimum} ({example})")
-
-
 @dataclass(frozen=True)
 class StatsReport:
     """The answer to a `StatsRequest`: `profile` (prepared mode) or `sweep`, and what was read.
@@ -301,29 +302,58 @@ class StatsReport:
 def describe(request: StatsRequest, *, progress: ProgressCallback | None = None) -> StatsReport:
     """Describe a prepared directory, or compare `request.max_seq_lens` on its lengths or on
     parquet inputs; see the module docstring for the modes and the document."""
-    from seqpack_cli.stats.sweep import profile_packing, sweep_max_seq_len
+    if request.prepared_dir is None:
+        return _sweep_parquet(request, progress)
+    from seqpack_cli.prepared import load_prepared
 
-    options: dict[str, Any] = {
+    prepared = load_prepared(request.prepared_dir, verify=request.verify)
+    if request.is_sweep:
+        return _sweep_prepared(request, prepared, progress)
+    return _profile_prepared(request, prepared)
+
+
+def _sweep_options(request: StatsRequest) -> dict[str, Any]:
+    return {
         "max_seqs_per_bin": request.max_seqs_per_bin,
         "sample_size": request.sample_size,
         "seed": request.seed,
     }
-    if request.prepared_dir is not None:
-        from seqpack_cli.prepared import load_prepared
 
-        prepared = load_prepared(request.prepared_dir, verify=request.verify)
-        path = (str(prepared.path),)
-        manifest = prepared.manifest
-        if request.is_sweep:
-            result = sweep_max_seq_len(
-                prepared.counts, request.max_seq_lens, progress=progress, **options
-            )
-            return StatsReport(request, "prepared", path, manifest, sweep=result)
-        options["max_seqs_per_bin"] = manifest.get("config", {}).get("max_seqs_per_bin")
-        profile = profile_packing(
-            prepared.counts, prepared.templates, prepared.max_seq_len, top=request.top, **options
-        )
-        return StatsReport(request, "prepared", path, manifest, profile=profile)
+
+def _profile_prepared(request: StatsRequest, prepared: Prepared) -> StatsReport:
+    """The prepared directory's own packing, with the cap it was prepared with."""
+    from seqpack_cli.stats.profile import profile_packing
+
+    manifest = prepared.manifest
+    profile = profile_packing(
+        prepared.counts,
+        prepared.templates,
+        prepared.max_seq_len,
+        top=request.top,
+        sample_size=request.sample_size,
+        seed=request.seed,
+        max_seqs_per_bin=manifest.get("config", {}).get("max_seqs_per_bin"),
+    )
+    return StatsReport(request, "prepared", (str(prepared.path),), manifest, profile=profile)
+
+
+def _sweep_prepared(
+    request: StatsRequest, prepared: Prepared, progress: ProgressCallback | None
+) -> StatsReport:
+    """The sweep on the lengths the prepared directory kept (its counts.json)."""
+    from seqpack_cli.stats.sweep import sweep_max_seq_len
+
+    result = sweep_max_seq_len(
+        prepared.counts, request.max_seq_lens, progress=progress, **_sweep_options(request)
+    )
+    path = (str(prepared.path),)
+    return StatsReport(request, "prepared", path, prepared.manifest, sweep=result)
+
+
+def _sweep_parquet(request: StatsRequest, progress: ProgressCallback | None) -> StatsReport:
+    """The sweep on the length column of parquet inputs (one DuckDB scan of that column)."""
+    from seqpack_cli.stats.sweep import sweep_max_seq_len
+
     with signals_held():  # a signal must not land inside DuckDB's initialisation (it aborts)
         from seqpack_cli.prepare.scan import resolve_inputs, scan_length_histogram
     files = resolve_inputs(request.inputs)
@@ -335,5 +365,7 @@ def describe(request: StatsRequest, *, progress: ProgressCallback | None = None)
         temp_dir=request.temp_dir,
         progress=progress,
     )
-    result = sweep_max_seq_len(counts, request.max_seq_lens, progress=progress, **options)
+    result = sweep_max_seq_len(
+        counts, request.max_seq_lens, progress=progress, **_sweep_options(request)
+    )
     return StatsReport(request, "parquet", tuple(str(path) for path in files), sweep=result)

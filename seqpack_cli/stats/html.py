@@ -2,8 +2,10 @@
 
 Inline CSS and inline SVG charts only: no script, no web font, no image or stylesheet fetched from
 anywhere, so the file works offline and in mail attachments. Every string that comes from the
-data (paths, column names) is escaped. The figures come from `stats.sweep`, the wording and
-number formats from `stats.report`, so the page reads like the terminal report.
+data (paths, column names) is escaped. The figures come from `seqpack_cli.stats.profile` (a
+prepared directory) and `seqpack_cli.stats.sweep` (a `max_seq_len` sweep), the wording and number
+formats from `seqpack_cli.stats.report`, so the page reads like the terminal report;
+`seqpack_cli.stats.render` picks the page for a `StatsReport`.
 """
 
 from __future__ import annotations
@@ -13,6 +15,13 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from seqpack_cli.errors import ConfigError
+from seqpack_cli.stats.baselines import (
+    NO_PACKING_DESCRIPTION,
+    SEQUENTIAL_DESCRIPTION,
+    BaselineStats,
+)
+from seqpack_cli.stats.distribution import Bucket
+from seqpack_cli.stats.profile import PackingProfile
 from seqpack_cli.stats.report import (
     efficiency_style,
     format_efficiency,
@@ -20,14 +29,7 @@ from seqpack_cli.stats.report import (
     profile_figures,
     template_cells,
 )
-from seqpack_cli.stats.sweep import (
-    NO_PACKING_DESCRIPTION,
-    SEQUENTIAL_DESCRIPTION,
-    BaselineStats,
-    Bucket,
-    PackingProfile,
-    SweepResult,
-)
+from seqpack_cli.stats.sweep import SweepResult
 
 __all__ = ["render_profile_html", "render_sweep_html", "write_html_report"]
 

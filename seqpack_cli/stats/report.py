@@ -1,9 +1,11 @@
 """Terminal rendering of `seqpack stats`: rich tables and text bar charts.
 
-Pure presentation: every figure comes from `stats.sweep` (a `PackingProfile` for a prepared
-directory, a `SweepResult` for a `max_seq_len` sweep); nothing is computed here except shares and
-bar widths. The helpers `format_template`, `format_percent`, `efficiency_style`, `profile_figures`
-and `template_cells` are shared with the HTML report so both read the same.
+Pure presentation: every figure comes from `seqpack_cli.stats.profile` (a `PackingProfile` for a
+prepared directory) or `seqpack_cli.stats.sweep` (a `SweepResult` for a `max_seq_len` sweep);
+nothing is computed here except shares and bar widths. The helpers `format_template`,
+`format_percent`, `efficiency_style`, `profile_figures` and `template_cells` are shared with the
+HTML report (`seqpack_cli.stats.html`) so both read the same; `seqpack_cli.stats.render` picks the
+drawing for a `StatsReport`.
 """
 
 from __future__ import annotations
@@ -16,14 +18,14 @@ from rich.table import Table
 from rich.text import Text
 
 from seqpack_cli.packing.efficiency import PackingStats
-from seqpack_cli.stats.sweep import (
+from seqpack_cli.stats.baselines import (
     NO_PACKING_DESCRIPTION,
     SEQUENTIAL_DESCRIPTION,
     BaselineStats,
-    Bucket,
-    PackingProfile,
-    SweepResult,
 )
+from seqpack_cli.stats.distribution import Bucket
+from seqpack_cli.stats.profile import PackingProfile
+from seqpack_cli.stats.sweep import SweepResult
 
 __all__ = [
     "efficiency_style",

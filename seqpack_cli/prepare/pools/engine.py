@@ -1,20 +1,26 @@
 """The pools pass of `seqpack prepare`: one streaming pass over (length, id) -> one ascending
 `pools/{length}.npy` per length, in memory that does not grow with the rows (DESIGN.md decision 6).
 
-DuckDB streams (length, id) in Arrow batches, decoded one step ahead by a thread. The pools, whose
-files the writer created ahead with their sizes known from the histogram, are then filled in one
-of two ways:
+One engine, one interface (`scan_pools`). Everything is shared but the step that orders the ids:
+DuckDB streams (length, id) in Arrow batches, decoded one step ahead by a thread; `Layout` knows
+each length's pool and size from the histogram; the writer created the pool files ahead; a second
+pass that disagrees with the first is the same `changed_error`; duplicates are named by DuckDB.
 
-- ids spanning at most `MAX_MAP_IDS` values (row indexes, dense id columns): `id_map` records each
-  id's length in a bounded map, then appends the pools straight to their files, ascending, with
-  no sort and no work file; a duplicate id leaves the pools short, and is then found and named;
-- wider (sparse) id spans: `pool_scatter` puts ids at their pool's next slot of a flat work file
-  (8 bytes per id, in the job's work folder, deleted at the end), then `pool_split` sorts and
-  cuts it into the pool files, several threads at a time, and the ids are checked for duplicates
-  (`id_checks`).
+How the ids of each pool are put in ascending order is the one choice, made here, by the span of
+the ids (max - min, from the parquet footers, or the row count for row indexes):
 
-In RAM: a few batches, the map (at most 256 MiB) and a few map chunks (about 100 MiB each), or
-the duplicate check (at most 128 MiB) and one split unit per worker (16-32 MiB).
+- span at most `PoolTuning.max_map_ids` (2**27; row indexes, dense id columns): `id_map`, a
+  counting sort. Each id's slot of a 2-byte map over the span gets its length; reading the map
+  back in id order yields every pool ascending, appended straight to its file: no work file, no
+  sort. A duplicate overwrites its own slot, so the pools come out short and DuckDB names it.
+- wider spans (sparse or hashed ids, or a span the footers do not give): `scatter` puts each id at
+  its pool's next slot of a flat work file (8 bytes per id, deleted at the end), then `split`
+  sorts each pool (numpy's SIMD sort) and appends it; a bitmap (`id_checks.IdCheck`) flags
+  duplicate candidates on the way, which DuckDB confirms.
+
+A map over a wider span would grow with the span, not the rows; a sort of a dense span would do
+work the map avoids. In RAM: a few batches, the map (256 MiB at most) and a few map chunks, or the
+bitmap (128 MiB at most) and one split unit per worker (16-32 MiB). The sizes are a `PoolTuning`.
 """
 
 from __future__ import annotations
@@ -37,11 +43,11 @@ import pyarrow.parquet as pq
 from seqpack_cli.errors import ConfigError, InputError, option
 from seqpack_cli.interrupts import signals_held
 from seqpack_cli.prepare.pools import id_map
-from seqpack_cli.prepare.pools import layout as pool_layout
-from seqpack_cli.prepare.pools.id_checks import check_duplicates, id_check
-from seqpack_cli.prepare.pools.layout import Layout, PoolAppend, num_workers
+from seqpack_cli.prepare.pools.id_checks import IdCheck, check_duplicates
+from seqpack_cli.prepare.pools.layout import Layout, PoolAppend, changed_error, num_workers
 from seqpack_cli.prepare.pools.scatter import scatter
 from seqpack_cli.prepare.pools.split import split_pools
+from seqpack_cli.prepare.pools.tuning import PoolTuning
 from seqpack_cli.prepare.scan import (
     InputFile,
     first_line,
@@ -75,7 +81,7 @@ _DONE = object()
 
 
 def _stream_batches(
-    con: duckdb.DuckDBPyConnection, sql: str, params: Mapping[str, Any]
+    con: duckdb.DuckDBPyConnection, sql: str, params: Mapping[str, Any], batch_rows: int
 ) -> Generator[list[np.ndarray], None, None]:
     """A query's Arrow batches as numpy columns, fetched by a thread one step ahead.
 
@@ -97,7 +103,7 @@ def _stream_batches(
     def produce() -> None:
         reader = None
         try:
-            reader = con.sql(sql, params=dict(params)).to_arrow_reader(pool_layout.BATCH_ROWS)
+            reader = con.sql(sql, params=dict(params)).to_arrow_reader(batch_rows)
             for batch in reader:
                 if any(column.null_count for column in batch.columns):
                     raise _NullIds
@@ -193,7 +199,7 @@ def _place_by_map(
         # Fewer filled slots than rows: some id occurred twice (DuckDB counts and locates them).
         if id_column is not None:
             check_duplicates(con, None, ids.layout.num_ids, files, id_column, work_dir)
-        raise pool_layout.changed_error()
+        raise changed_error()
     logger.info("id map: pools written ascending in %.2fs", time.perf_counter() - filled)
     return low, high
 
@@ -254,6 +260,7 @@ def scan_pools(
     append_pool: PoolAppend,
     workers: int | None = None,
     progress: ProgressCallback | None = None,
+    tuning: PoolTuning | None = None,
 ) -> PoolScan:
     """Stream (length, id) once and write every length's ascending pool through `append_pool`.
 
@@ -263,8 +270,9 @@ def scan_pools(
     at the end.
     """
     started = time.perf_counter()
-    layout = Layout(counts)
-    num_threads = num_workers(workers)
+    tuning = tuning or PoolTuning()
+    layout = Layout(counts, tuning)
+    num_threads = num_workers(workers, tuning)
     columns = [length_column] if id_column is None else [length_column, id_column]
     params: dict[str, Any] = {**read_params(files, *columns), "max_seq_len": max_seq_len}
     to_ids: Callable[[list[np.ndarray]], np.ndarray]
@@ -288,7 +296,7 @@ def scan_pools(
     flat_path = work_dir / "ids.bin"
     if not by_map:
         reserve_work_file(flat_path, 8 * layout.num_ids)
-    batches = _stream_batches(con, sql, params)
+    batches = _stream_batches(con, sql, params, tuning.batch_rows)
     check = None
     try:
         if by_map:
@@ -340,7 +348,12 @@ def scan_pools(
     if by_map:
         return PoolScan(layout.num_ids, id_min, id_max)
     if id_column is not None and id_min is not None and id_max is not None:
-        check = id_check(id_min, id_max)
+        check = IdCheck(
+            id_min,
+            id_max,
+            max_bits_log2=tuning.check_bits_log2,
+            max_candidates=tuning.max_candidates,
+        )
     split_pools(layout, flat_path, check, append_pool, workers=num_threads, progress=progress)
     os.unlink(flat_path)
     logger.info("split into %d pools in %.2fs", len(layout.lengths), time.perf_counter() - placed)

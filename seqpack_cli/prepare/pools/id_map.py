@@ -1,19 +1,20 @@
 """The pools pass for bounded id spans: an id -> length map, turned into ascending pools.
 
-When every id lies in a span of at most `pool_layout.MAX_MAP_IDS` values (row indexes always do
+When every id lies in a span of at most `PoolTuning.max_map_ids` values (row indexes always do
 up to that many rows; `--id-column` ids do when they are dense, e.g. a shuffled 0..n-1), sorting
 is not needed at all:
 
 1. while DuckDB streams (length, id), each id's slot in a uint16 map over the span gets its
    length's code (0 marks an id that never occurs): one store per id. The code is the length
    itself when `max_seq_len` fits 16 bits (no lookup at all), else 1 + the length's index;
-2. the map is read back in ascending id order, `MAP_CHUNK_IDS` at a time, by worker threads: a
-   stable radix argsort of each chunk's codes groups the chunk's ids by length, still ascending;
-   this thread appends each group to its pool file, chunk after chunk, so every pool is written
-   ascending, once, straight into `pools/{length}.npy`: no work file, no sort, no second copy.
+2. the map is read back in ascending id order, `PoolTuning.map_chunk_ids` at a time, by worker
+   threads: a stable radix argsort of each chunk's codes groups the chunk's ids by length, still
+   ascending; this thread appends each group to its pool file, chunk after chunk, so every pool
+   is written ascending, once, straight into `pools/{length}.npy`: no work file, no sort, no
+   second copy.
 
 The map costs 2 bytes per possible id, 256 MiB at most whatever the number of rows (wider spans
-take `pool_scatter`). It also finds duplicate ids: a duplicate overwrites its own slot, so fewer
+take `scatter`). It also finds duplicate ids: a duplicate overwrites its own slot, so fewer
 slots are filled than ids were streamed, and the pools come out short (checked by the caller).
 """
 
@@ -25,8 +26,8 @@ from concurrent.futures import Future, ThreadPoolExecutor
 
 import numpy as np
 
-from seqpack_cli.prepare.pools import layout as pool_layout
 from seqpack_cli.prepare.pools.layout import Layout, PoolAppend, changed_error
+from seqpack_cli.prepare.pools.tuning import PoolTuning
 from seqpack_cli.progress import ProgressCallback
 
 __all__ = ["IdMap", "fits"]
@@ -44,7 +45,7 @@ def fits(layout: Layout, id_min: int, id_max: int, max_length: int) -> bool:
     bounded uint16 map."""
     # Indexed codes: 0 = no id, 1..num = the lengths, num + 1 = a length the histogram lacks.
     codes_fit = _lengths_are_codes(max_length) or len(layout.lengths) + 1 < _MAX_CODE
-    return id_max - id_min < pool_layout.MAX_MAP_IDS and codes_fit
+    return id_max - id_min < layout.tuning.max_map_ids and codes_fit
 
 
 class IdMap:
@@ -149,11 +150,11 @@ class IdMap:
         Raises the changed-inputs `InputError` where the map holds more ids of a length than
         the histogram counted, or a length it did not count.
         """
-        chunk = pool_layout.MAP_CHUNK_IDS
+        chunk = self.layout.tuning.map_chunk_ids
         size = self.codes.size
         totals = np.zeros(self._expected.size, dtype=np.int64)
         written = 0
-        batcher = _AppendBatcher(append)
+        batcher = _AppendBatcher(append, self.layout.tuning)
 
         def write(group: tuple[np.ndarray, np.ndarray, np.ndarray]) -> None:
             nonlocal totals, written
@@ -193,19 +194,21 @@ class _AppendBatcher:
 
     A map chunk holds a few ids of each rare length: writing (and hashing) those pieces one by
     one would cost a system call each, which dominates the write. Pieces under
-    `pool_layout.MIN_APPEND_BYTES` wait, copied, until their pool has that much; at most
-    `pool_layout.MAX_BATCHED_BYTES` wait in all.
+    `PoolTuning.min_append_bytes` wait, copied, until their pool has that much; at most
+    `PoolTuning.max_batched_bytes` wait in all.
     """
 
-    def __init__(self, append: PoolAppend) -> None:
+    def __init__(self, append: PoolAppend, tuning: PoolTuning) -> None:
         self._append = append
+        self._min_bytes = tuning.min_append_bytes
+        self._max_waiting = tuning.max_batched_bytes
         self._pending: dict[int, list[np.ndarray]] = {}
         self._pending_bytes: dict[int, int] = {}
         self._total = 0
 
     def add(self, length: int, ids: np.ndarray) -> None:
         waiting = self._pending_bytes.get(length, 0)
-        if waiting + ids.nbytes >= pool_layout.MIN_APPEND_BYTES:
+        if waiting + ids.nbytes >= self._min_bytes:
             if waiting:
                 pieces = self._pending.pop(length)
                 pieces.append(ids)
@@ -216,7 +219,7 @@ class _AppendBatcher:
         self._pending.setdefault(length, []).append(ids.copy())
         self._pending_bytes[length] = waiting + ids.nbytes
         self._total += ids.nbytes
-        if self._total > pool_layout.MAX_BATCHED_BYTES:
+        if self._total > self._max_waiting:
             self.flush_all()
 
     def flush_all(self) -> None:

@@ -1,9 +1,9 @@
-"""Where each length's pool sits in the pools pass's flat work file, and the pass's tunables.
+"""Where each length's pool sits: pools back to back, lengths ascending, sized by the histogram.
 
-The flat work file of the scatter path holds every pool back to back, lengths ascending, at offsets
-known from the histogram's counts; `pool_scatter` fills it and `pool_split` cuts it into
-`pools/{length}.npy`. `id_map` needs no work file, only the counts. The sizes below are read at
-call time (`pool_layout.NAME`), so tests can shrink them to reach every code path with small data.
+The flat work file of the scatter path holds every pool at these offsets; `scatter` fills it and
+`split` cuts it into `pools/{length}.npy`. `id_map` needs no work file, only the counts and the
+length -> pool lookup (`Layout.positions`) that both paths share. The sizes they work in are a
+`PoolTuning` (`tuning`).
 """
 
 from __future__ import annotations
@@ -15,6 +15,7 @@ from typing import Any
 import numpy as np
 
 from seqpack_cli.errors import InputError
+from seqpack_cli.prepare.pools.tuning import PoolTuning
 
 __all__ = ["Layout", "PoolAppend", "changed_error", "read_ids"]
 
@@ -22,37 +23,10 @@ PoolAppend = Callable[[int, np.ndarray], None]
 """`append(length, ids)`: the next ascending ids of one pool (`PreparedWriter.append_pool`);
 one pool's appends come in order, different pools' from any thread."""
 
-BATCH_ROWS = 1 << 21
-"""Rows per Arrow batch streamed from DuckDB."""
-REMAP_ROWS = 1 << 23
-"""Ids written through one mapping of the work file before it is re-mapped, so written pages
-leave this process's RSS (they stay in the page cache)."""
-UNIT_IDS = 1 << 21
-"""Split work unit: consecutive pools holding about this many ids (16 MiB)."""
-MAX_SORT_IDS = 1 << 22
-"""A larger pool that needs sorting is sorted in runs of this size, then merged (32 MiB)."""
-MAX_MAP_IDS = 1 << 27
-"""Id spans up to this use the id -> length map (`id_map`, 2 bytes per possible id: 256 MiB at
-most); wider spans use the scatter by length and sort pools (`pool_scatter`)."""
-MAP_CHUNK_IDS = 1 << 22
-"""Map slots per step when the map is turned into pools (about 100 MiB of work per chunk in
-flight): large, so that each pool gets a long run of ids per append (one write and one hash
-update each), with thousands of pools."""
-MIN_APPEND_BYTES = 1 << 16
-"""Smaller pieces of a pool wait to be written together (one write system call per piece costs
-more than the bytes: 4 KiB appends ran at half the speed of 64 KiB ones)."""
-MAX_BATCHED_BYTES = 1 << 26
-"""At most this many bytes of pieces wait in memory (64 MiB), whatever the number of pools."""
-MAX_WORKERS = 8
-MAX_TABLE_LENGTH = 1 << 20
-"""Lengths up to this find their pool in a table indexed by the length (4 MiB at most); longer
-lengths (up to 2**31 - 1) are searched among the sorted distinct lengths, so memory follows the
-number of distinct lengths, never the longest length."""
 
-
-def num_workers(threads: int | None) -> int:
+def num_workers(threads: int | None, tuning: PoolTuning) -> int:
     """Worker threads for placing and splitting: `threads`, or every core, capped."""
-    return max(1, min(threads or os.cpu_count() or 1, MAX_WORKERS))
+    return max(1, min(threads or os.cpu_count() or 1, tuning.max_workers))
 
 
 def changed_error() -> InputError:
@@ -66,7 +40,8 @@ def changed_error() -> InputError:
 class Layout:
     """Where each length's pool sits in the flat work file: pools back to back, ascending."""
 
-    def __init__(self, counts: Mapping[int, int]) -> None:
+    def __init__(self, counts: Mapping[int, int], tuning: PoolTuning | None = None) -> None:
+        self.tuning = tuning = tuning or PoolTuning()
         self.lengths = np.array(sorted(counts), dtype=np.int64)
         self.sizes = np.array([counts[int(x)] for x in self.lengths], dtype=np.int64)
         self.starts = np.zeros(len(self.lengths) + 1, dtype=np.int64)
@@ -76,7 +51,7 @@ class Layout:
         self.position_dtype = np.dtype(np.uint16 if num < np.iinfo(np.uint16).max else np.uint32)
         # `table[length]`: the position of each length's pool, for lengths up to `table_end`;
         # `num` (one past the last) for lengths not in the counts. Longer lengths are searched.
-        self.table_end = min(int(self.lengths[-1]) if num else 0, MAX_TABLE_LENGTH)
+        self.table_end = min(int(self.lengths[-1]) if num else 0, tuning.max_table_length)
         self._num_short = int(np.searchsorted(self.lengths, self.table_end, side="right"))
         self.table = np.full(self.table_end + 2, num, dtype=self.position_dtype)
         self.table[self.lengths[: self._num_short]] = np.arange(self._num_short)
@@ -106,17 +81,18 @@ class Layout:
         return positions
 
     def units(self) -> list[tuple[int, int]]:
-        """The split's units of work: runs of consecutive pools of about `UNIT_IDS` ids, and
-        each pool over `MAX_SORT_IDS` alone (it is sorted in runs and merged, never whole)."""
+        """The split's units of work: runs of consecutive pools of about `unit_ids` ids, and
+        each pool over `max_sort_ids` alone (it is sorted in runs and merged, never whole)."""
+        unit_ids, max_sort_ids = self.tuning.unit_ids, self.tuning.max_sort_ids
         units = []
         first = 0
         for position, size in enumerate(self.sizes.tolist()):
-            if size > MAX_SORT_IDS:
+            if size > max_sort_ids:
                 if first < position:
                     units.append((first, position))
                 units.append((position, position + 1))
                 first = position + 1
-            elif self.starts[position + 1] - self.starts[first] >= UNIT_IDS:
+            elif self.starts[position + 1] - self.starts[first] >= unit_ids:
                 units.append((first, position + 1))
                 first = position + 1
         if first < len(self.sizes):

@@ -1,8 +1,8 @@
 """The pools pass for wide id spans: scatter each streamed id to its length's next free slot.
 
-Used when ids span more than `pool_layout.MAX_MAP_IDS` values (sparse `--id-column` ids), where
+Used when ids span more than `PoolTuning.max_map_ids` values (sparse `--id-column` ids), where
 the id -> length map of `id_map` would not stay bounded. Ids land in stream order within each
-pool, so the pools are sorted afterwards (`pool_split`).
+pool, so the pools are sorted afterwards (`split`).
 """
 
 from __future__ import annotations
@@ -14,7 +14,6 @@ from pathlib import Path
 
 import numpy as np
 
-from seqpack_cli.prepare.pools import layout as pool_layout
 from seqpack_cli.prepare.pools.layout import Layout, changed_error
 from seqpack_cli.progress import ProgressCallback
 
@@ -85,7 +84,7 @@ def scatter(
             if batch_counts[num] or np.any(cursor + batch_counts[:num] > ends):
                 raise changed_error()
             batch_counts = batch_counts[:num]
-            if mapped_rows >= pool_layout.REMAP_ROWS:
+            if mapped_rows >= layout.tuning.remap_rows:
                 # Dropping the mapping drops its written pages from this process's RSS (they
                 # stay in the page cache), so resident memory does not grow with the rows.
                 while pending:

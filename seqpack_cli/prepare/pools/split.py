@@ -1,9 +1,9 @@
 """The split: the flat work file cut into one ascending `pools/{length}.npy` per length.
 
 Pools are read unit by unit (`Layout.units`), sorted where they are not ascending already (32-bit
-offsets when the ids allow, a pool larger than `MAX_SORT_IDS` in runs that are then merged), fed
-to an optional duplicate-id check and appended to the pool files, several units at a time in
-threads (numpy's sort, hashing and file writes release the GIL).
+offsets when the ids allow, a pool larger than `PoolTuning.max_sort_ids` in runs that are then
+merged), fed to an optional duplicate-id check and appended to the pool files, several units at a
+time in threads (numpy's sort, hashing and file writes release the GIL).
 """
 
 from __future__ import annotations
@@ -16,7 +16,6 @@ from pathlib import Path
 
 import numpy as np
 
-from seqpack_cli.prepare.pools import layout as pool_layout
 from seqpack_cli.prepare.pools.id_checks import IdCheck
 from seqpack_cli.prepare.pools.layout import Layout, PoolAppend, read_ids
 from seqpack_cli.progress import ProgressCallback
@@ -48,17 +47,14 @@ def sort_pools(data: np.ndarray, bounds: np.ndarray) -> None:
     np.add(keys, np.int64(low), out=data)
 
 
-def merged_runs(flat_path: Path, start: int, count: int) -> Iterator[np.ndarray]:
+def merged_runs(flat_path: Path, start: int, count: int, max_sort_ids: int) -> Iterator[np.ndarray]:
     """One big pool in ascending chunks: runs sorted in place in the work file, then merged.
 
     The merge holds one block per run; everything up to the smallest block end among runs with
     more data left is final, so it is cut off, sorted and emitted.
     """
     stop = start + count
-    runs = [
-        (s, min(s + pool_layout.MAX_SORT_IDS, stop))
-        for s in range(start, stop, pool_layout.MAX_SORT_IDS)
-    ]
+    runs = [(s, min(s + max_sort_ids, stop)) for s in range(start, stop, max_sort_ids)]
     with open(flat_path, "r+b") as handle:
         for run_start, run_stop in runs:
             run = read_ids(handle, run_start, run_stop - run_start)
@@ -67,7 +63,7 @@ def merged_runs(flat_path: Path, start: int, count: int) -> Iterator[np.ndarray]
                 handle.seek(8 * run_start)
                 handle.write(run.data.cast("B"))
             del run
-        block = max(pool_layout.MAX_SORT_IDS // len(runs), 1 << 12)
+        block = max(max_sort_ids // len(runs), 1 << 12)
         heads: list[np.ndarray] = []
         next_read: list[int] = []
         for run_start, run_stop in runs:
@@ -107,6 +103,7 @@ def split_pools(
 ) -> None:
     """Cut the flat work file into one ascending pool per length, `workers` units at a time."""
     lengths = layout.lengths.tolist()
+    max_sort_ids = layout.tuning.max_sort_ids
     starts = layout.starts
     done = 0
     lock = threading.Lock()
@@ -114,8 +111,10 @@ def split_pools(
     def split(first: int, stop: int) -> None:
         nonlocal done
         count = int(starts[stop] - starts[first])
-        if stop - first == 1 and count > pool_layout.MAX_SORT_IDS:
-            chunks: Iterable[np.ndarray] = merged_runs(flat_path, int(starts[first]), count)
+        if stop - first == 1 and count > max_sort_ids:
+            chunks: Iterable[np.ndarray] = merged_runs(
+                flat_path, int(starts[first]), count, max_sort_ids
+            )
             if check is not None:
                 chunks = _checked(chunks, check)
             for chunk in chunks:

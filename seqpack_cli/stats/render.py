@@ -1,0 +1,74 @@
+"""A `StatsReport` drawn for a person: the terminal report and the HTML page of `seqpack stats`.
+
+`seqpack_cli.stats.describe` computes the report; this module picks the drawing for its mode (a
+prepared directory's `PackingProfile`, or a `SweepResult`), words its title and the prepared
+directory's details from the manifest, and hands them to `seqpack_cli.stats.report` (rich) or
+`seqpack_cli.stats.html` (the self-contained page). The CLI (`seqpack_cli.cli.stats`) only calls
+`render_report` or `render_report_html`, so both outputs are available from Python too.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from rich.console import Console
+
+from seqpack_cli.stats.describe import StatsReport
+from seqpack_cli.stats.html import render_profile_html, render_sweep_html
+from seqpack_cli.stats.report import render_profile, render_sweep
+
+__all__ = ["prepared_details", "render_report", "render_report_html", "report_title"]
+
+
+def report_title(report: StatsReport) -> str:
+    """The report's heading: the prepared directory, or the parquet files and length column."""
+    if report.kind == "prepared":
+        return f"seqpack stats: {report.inputs[0]}"
+    if report.source == "prepared":
+        return f"seqpack stats: {report.inputs[0]} (lengths from counts.json)"
+    num_files = len(report.inputs)
+    return (
+        f"seqpack stats: {num_files:,} parquet file{'s' * (num_files != 1)}, "
+        f"length column {report.request.length_column!r}"
+    )
+
+
+def prepared_details(manifest: Mapping[str, Any], *, verified: bool) -> list[tuple[str, str]]:
+    """What the manifest says about how a prepared directory was made, as (name, value) rows."""
+    config = manifest.get("config", {})
+    inputs = manifest.get("inputs", {})
+    summary = manifest.get("summary", {})
+    return [
+        ("inputs", f"{inputs.get('num_files', 0):,} files, {inputs.get('num_rows', 0):,} rows"),
+        ("length column", str(config.get("length_column"))),
+        ("packer", str(config.get("packer"))),
+        ("dropped by prepare", f"{summary.get('num_dropped', 0):,} sequences over max_seq_len"),
+        ("checked", "sha256 of every file" if verified else "file sizes (--verify: sha256)"),
+    ]
+
+
+def _profile_options(report: StatsReport) -> dict[str, Any]:
+    return {
+        "title": report_title(report),
+        "details": prepared_details(report.manifest or {}, verified=report.request.verify),
+        "sample_size": report.request.sample_size,
+    }
+
+
+def render_report(console: Console, report: StatsReport) -> None:
+    """Print the terminal report of either mode on `console`."""
+    if report.profile is not None:
+        render_profile(console, report.profile, **_profile_options(report))
+    else:
+        assert report.sweep is not None  # a StatsReport holds one of the two
+        render_sweep(console, report.sweep, title=report_title(report))
+
+
+def render_report_html(report: StatsReport) -> str:
+    """The self-contained HTML page of either mode; `seqpack_cli.stats.html.write_html_report`
+    writes it."""
+    if report.profile is not None:
+        return render_profile_html(report.profile, **_profile_options(report))
+    assert report.sweep is not None  # a StatsReport holds one of the two
+    return render_sweep_html(report.sweep, title=report_title(report))
