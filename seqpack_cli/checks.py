@@ -33,11 +33,11 @@ from seqpack_cli.errors import ConfigError, InputError, SeqpackError, option
 __all__ = [
     "MAX_SEQ_LEN_LIMIT",
     "check_int",
-    "is_int",
     "check_max_seq_len",
     "check_max_seqs_per_bin",
     "check_seed",
     "check_tolerance",
+    "is_int",
     "validate_length_array",
     "validate_length_counts",
 ]

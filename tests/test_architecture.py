@@ -112,3 +112,55 @@ def test_the_graph_sees_imports_inside_functions() -> None:
     graph = import_graph()
     # describe imports prepared lazily (inside functions): still an edge.
     assert "seqpack_cli.prepared" in graph["seqpack_cli.stats.describe"]
+
+
+# The layers, lowest first: a module may import from its own unit (module or subpackage) or from
+# a lower layer, never from its own layer's other units or from above. Entry points (`__main__`)
+# sit above everything. README's "Where things are" lists the same order.
+LAYERS: list[set[str]] = [
+    {"errors"},
+    {"checks"},
+    {"progress", "interrupts", "seeding", "templates"},
+    {"epoch", "prepared", "masking"},
+    {"packing", "sharding", "collate"},
+    {"prepare", "data"},
+    {"stats"},
+    {"cli"},
+]
+
+
+def _unit(module: str) -> str:
+    parts = module.split(".")
+    return parts[1] if len(parts) > 1 else "seqpack_cli"
+
+
+def upward_imports(graph: dict[str, set[str]]) -> list[str]:
+    """The imports of `graph` that do not go down the layers, as "module -> target"."""
+    rank = {unit: level for level, units in enumerate(LAYERS) for unit in units}
+    return sorted(
+        f"{module} -> {target}"
+        for module, targets in graph.items()
+        if _unit(module) in rank and module.rpartition(".")[2] != "__main__"
+        for target in targets
+        if _unit(target) != _unit(module) and rank[_unit(target)] >= rank[_unit(module)]
+    )
+
+
+def test_every_import_goes_down_the_layers() -> None:
+    graph = import_graph()
+    units = {_unit(module) for module in graph} - {"seqpack_cli", "__main__"}
+    assert units == set().union(*LAYERS), "every top-level module and subpackage has a layer"
+    upward = upward_imports(graph)
+    assert not upward, "imports that do not go down the layers: " + ", ".join(upward)
+
+
+def test_the_layer_check_catches_upward_and_sideways_imports() -> None:
+    graph = {
+        "seqpack_cli.packing.fit": {"seqpack_cli.stats.sweep", "seqpack_cli.packing.groups"},
+        "seqpack_cli.epoch.plan": {"seqpack_cli.prepared.reader", "seqpack_cli.seeding"},
+        "seqpack_cli.prepare.__main__": {"seqpack_cli.cli.app"},  # an entry point: allowed
+    }
+    assert upward_imports(graph) == [
+        "seqpack_cli.epoch.plan -> seqpack_cli.prepared.reader",
+        "seqpack_cli.packing.fit -> seqpack_cli.stats.sweep",
+    ]
