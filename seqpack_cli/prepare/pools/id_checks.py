@@ -66,14 +66,15 @@ class IdCheck:
         self._lock = threading.Lock()
 
     def _sorted_slots(self, ids: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """(ascending keys, their bitmap slots) of a chunk of ids."""
+        """(ascending keys, their bitmap bits as int64) of a chunk of ids."""
         keys = ids.view(np.uint64) - self.id_min
-        if self.exact:
-            keys.sort()
-            return keys, keys
-        keys *= np.uint64(_GOLDEN)  # wraps: a bijection on uint64
+        if not self.exact:
+            keys *= np.uint64(_GOLDEN)  # wraps: a bijection on uint64
         keys.sort()
-        return keys, keys >> np.uint64(64 - self.max_bits_log2)
+        if not self.exact:
+            # The top bits: monotone in the key, so the slots come out ascending too.
+            return keys, (keys >> np.uint64(64 - self.max_bits_log2)).view(np.int64)
+        return keys, keys.view(np.int64)  # below 2**max_bits_log2: int64 indexes (much faster)
 
     def _ids_of(self, keys: np.ndarray) -> np.ndarray:
         if not self.exact:
@@ -85,24 +86,35 @@ class IdCheck:
         if not ids.size:
             return
         keys, slots = self._sorted_slots(ids)
-        byte = slots >> np.uint64(3)
-        bit = np.left_shift(np.uint8(1), (slots & np.uint64(7)).astype(np.uint8))
-        # Equal bytes are adjacent after the sort: OR their bits together so one store per byte
-        # loses nothing.
-        first = np.concatenate(([0], np.flatnonzero(byte[1:] != byte[:-1]) + 1))
+        byte = slots >> 3
+        bit = np.left_shift(np.uint8(1), (slots & 7).astype(np.uint8))
+        # Equal bytes are adjacent after the sort: each distinct byte is read once, the bits
+        # of its ids OR-ed together, and stored once, so concurrent bits never overwrite.
+        starts_byte = np.empty(byte.size, dtype=bool)
+        starts_byte[0] = True
+        np.not_equal(byte[1:], byte[:-1], out=starts_byte[1:])
+        first = np.flatnonzero(starts_byte)
         combined = np.bitwise_or.reduceat(bit, first)
+        distinct = byte[first]
+        run_sizes = np.empty_like(first)
+        np.subtract(first[1:], first[:-1], out=run_sizes[:-1])
+        run_sizes[-1] = byte.size - first[-1]
         with self._lock:
-            flagged = (self.bitmap[byte] & bit) != 0
-            flagged[1:] |= slots[1:] == slots[:-1]
-            if flagged.any():
-                found = self._ids_of(keys[flagged])
-                self.num_candidates += found.size
-                if self.num_candidates > self.max_candidates:
-                    self.overflow = True
-                    self.candidates = []
-                elif not self.overflow:
-                    self.candidates.append(found)
-            self.bitmap[byte[first]] |= combined
+            before = self.bitmap[distinct]
+            self.bitmap[distinct] = before | combined
+        # Flagged: a bit already set by an earlier chunk, or a slot shared within this chunk.
+        flagged = (np.repeat(before, run_sizes) & bit) != 0
+        flagged[1:] |= slots[1:] == slots[:-1]
+        if not flagged.any():
+            return
+        found = self._ids_of(keys[flagged])
+        with self._lock:
+            self.num_candidates += found.size
+            if self.num_candidates > self.max_candidates:
+                self.overflow = True
+                self.candidates = []
+            elif not self.overflow:
+                self.candidates.append(found)
 
 
 def check_duplicates(
