@@ -38,6 +38,7 @@ from seqpack_cli.prepared import (
     PreparedWriter,
     check_output,
     counts_to_json,
+    inputs_overview,
     load_prepared,
     recover_siblings,
     templates_to_json,
@@ -343,5 +344,5 @@ def prepare_summary(prepared: Prepared, *, seconds: float) -> dict[str, Any]:
         "seconds": round(seconds, 3),
         **manifest["summary"],
         "config": manifest["config"],
-        "inputs": {key: value for key, value in manifest["inputs"].items() if key != "files"},
+        "inputs": inputs_overview(manifest),
     }

@@ -25,6 +25,7 @@ from seqpack_cli.prepared.layout import (
     TEMPLATES_NAME,
     Prepared,
     counts_to_json,
+    inputs_overview,
     templates_to_json,
 )
 from seqpack_cli.prepared.output_checks import check_output
@@ -44,6 +45,7 @@ __all__ = [
     "PreparedWriter",
     "check_output",
     "counts_to_json",
+    "inputs_overview",
     "load_prepared",
     "pool_file_name",
     "recover_siblings",

@@ -70,6 +70,13 @@ class Prepared:
         return iter((self.manifest, self.counts, self.templates, self.pools))
 
 
+def inputs_overview(manifest: Mapping[str, Any]) -> dict[str, Any]:
+    """The manifest's `inputs` without the per-file list (which can run to thousands of entries):
+    what the `--json` documents of `prepare` and `stats` show."""
+    inputs = manifest.get("inputs", {})
+    return {key: value for key, value in inputs.items() if key != "files"}
+
+
 def _json_bytes(value: Any) -> bytes:
     return (json.dumps(value) + "\n").encode()
 

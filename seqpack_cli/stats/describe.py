@@ -268,8 +268,9 @@ class StatsReport:
         """The `seqpack stats --json` document; keys in `JSON_SCHEMA`, meanings in this module's
         docstring."""
         if self.profile is not None:
+            from seqpack_cli.prepared.layout import inputs_overview  # numpy: loaded by now
+
             manifest = self.manifest or {}
-            inputs = manifest.get("inputs", {})
             return {
                 "kind": "prepared",
                 "path": self.inputs[0],
@@ -279,7 +280,7 @@ class StatsReport:
                 **self.profile.to_dict(),
                 "prepare": {
                     "config": manifest.get("config", {}),
-                    "inputs": {key: value for key, value in inputs.items() if key != "files"},
+                    "inputs": inputs_overview(manifest),
                     "summary": manifest.get("summary", {}),
                 },
             }
