@@ -322,62 +322,67 @@ def reference_pattern_groups(
     counts = Counter(dict(items))
     groups = []
     while +counts:
-        lengths = sorted(+counts, reverse=True)  # the available lengths, longest first
-        top = lengths[0]
-        used = Counter({top: 1})
-
-        def free(x: int, taken: int = 0) -> bool:  # x has a copy left for this bin
-            return counts[x] > used[x] + taken
-
-        def pair(room: int, longest: int) -> tuple[int, ...] | None:
-            # y <= x <= longest, x + y == room: the largest y first
-            for y in range(room // 2, max(room - longest, 1) - 1, -1):
-                if free(room - y, room - y == y) and free(y):
-                    return room - y, y
-            return None
-
-        def triple(room: int, longest: int) -> tuple[int, ...] | None:
-            # z + a pair, z down the available lengths <= longest, at most `tries` tried
-            tried = 0
-            for z in (length for length in lengths if length <= longest):
-                if tried == tries or 3 * z < room:
-                    return None
-                if free(z) and z < room:
-                    tried += 1
-                    used[z] += 1
-                    found = pair(room - z, z)
-                    used[z] -= 1
-                    if found:
-                        return z, *found
-            return None
-
-        room, slots, x = max_seq_len - top, max_slots - 1, top
-        while room and slots:
-            fitting = [length for length in lengths if length <= min(x, room) and free(length)]
-            if not fitting:
-                break
-            x = fitting[0]
-            if room > 3 * x:  # three lengths <= x cannot close it: copies of x first
-                copies = min((room - 2 * x - 1) // x, counts[x] - used[x], slots)
-                used[x] += copies
-                room, slots = room - copies * x, slots - copies
-                continue
-            closing = (room,) if free(room) else None
-            if closing is None and slots >= 2:
-                closing = pair(room, x)
-            if closing is None and slots >= 3:
-                closing = triple(room, x)
-            if closing is not None:
-                used.update(closing)
-                break
-            used[x] += 1
-            room, slots = room - x, slots - 1
-        used = +used  # drop the lengths a failed triple tried
+        used = _reference_bin(counts, max_seq_len, max_slots, tries)
         num_bins = min(counts[length] // copies for length, copies in used.items())
         for length, copies in used.items():
             counts[length] -= num_bins * copies
         groups.append(((None, tuple(sorted(used.elements(), reverse=True)), 0), num_bins))
     return groups
+
+
+def _reference_bin(counts: Counter[int], max_seq_len: int, max_slots: int, tries: int):
+    """The bin of the longest available length: the longest lengths that fit, until one, two
+    or three available lengths close its room exactly."""
+    lengths = sorted(+counts, reverse=True)  # the available lengths, longest first
+    top = lengths[0]
+    used = Counter({top: 1})
+    room, slots, x = max_seq_len - top, max_slots - 1, top
+    while room and slots:
+        fitting = [y for y in lengths if y <= min(x, room) and counts[y] > used[y]]
+        if not fitting:
+            break
+        x = fitting[0]
+        if room > 3 * x:  # three lengths <= x cannot close it: copies of x first
+            copies = min((room - 2 * x - 1) // x, counts[x] - used[x], slots)
+            used[x] += copies
+            room, slots = room - copies * x, slots - copies
+            continue
+        closing = (room,) if counts[room] > used[room] else None
+        if closing is None and slots >= 2:
+            closing = _reference_pair(counts, used, room, x)
+        if closing is None and slots >= 3:
+            closing = _reference_triple(counts, used, lengths, room, x, tries)
+        if closing is not None:
+            used.update(closing)
+            break
+        used[x] += 1
+        room, slots = room - x, slots - 1
+    return +used  # without the lengths a failed triple tried
+
+
+def _reference_pair(counts: Counter[int], used: Counter[int], room: int, longest: int):
+    """y <= x <= longest with x + y == room, both with a copy left: the largest y first."""
+    for y in range(room // 2, max(room - longest, 1) - 1, -1):
+        x = room - y
+        if counts[x] > used[x] + (x == y) and counts[y] > used[y]:
+            return x, y
+    return None
+
+
+def _reference_triple(counts, used, lengths, room: int, longest: int, tries: int):
+    """z + a pair, z down the available lengths <= longest, at most `tries` of them tried."""
+    tried = 0
+    for z in (length for length in lengths if length <= longest):
+        if tried == tries or 3 * z < room:
+            return None
+        if counts[z] > used[z] and z < room:
+            tried += 1
+            used[z] += 1
+            found = _reference_pair(counts, used, room - z, z)
+            used[z] -= 1
+            if found:
+                return z, *found
+    return None
 
 
 @st.composite

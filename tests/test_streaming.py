@@ -259,11 +259,11 @@ def test_numpy_integer_lengths_are_accepted() -> None:
 @pytest.mark.parametrize(
     ("kwargs", "message"),
     [
-        ({"max_seq_len": 0}, "max_seq_len=0"),
-        ({"max_seq_len": True}, "max_seq_len=True"),
-        ({"buffer_size": 0}, "buffer_size=0"),
-        ({"buffer_size": 2.0}, "buffer_size=2.0"),
-        ({"max_seqs_per_bin": 0}, "max_seqs_per_bin=0"),
+        ({"max_seq_len": 0}, "max_seq_len is 0; expected a positive integer"),
+        ({"max_seq_len": True}, "max_seq_len is the bool True; expected a positive integer"),
+        ({"buffer_size": 0}, "buffer_size is 0; expected a positive integer"),
+        ({"buffer_size": 2.0}, "buffer_size is 2.0 of type float; expected a positive integer"),
+        ({"max_seqs_per_bin": 0}, "max_seqs_per_bin is 0; expected a positive integer or None"),
         ({"overlong": "wrap"}, "overlong='wrap'"),
         ({"truncate_fn": lambda x, n: x}, "truncate_fn is given but overlong='error'"),
     ],

@@ -15,7 +15,7 @@ from seqpack_cli.packing.bounds import residual_lower_bound
 from seqpack_cli.packing.fit import ffd_groups
 from seqpack_cli.packing.groups import Group
 
-__all__ = ["drop_used_up", "greedy_fill", "mffd_groups", "take_small_pair"]
+__all__ = ["mffd_groups"]
 
 _UNLIMITED = float("inf")
 

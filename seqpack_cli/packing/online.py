@@ -32,7 +32,7 @@ from collections import deque
 from collections.abc import Callable, Iterable, Iterator
 from typing import Any, Generic, Literal, TypeVar
 
-from seqpack_cli.checks import check_int, is_int
+from seqpack_cli.checks import check_int, check_max_seq_len, check_max_seqs_per_bin, is_int
 from seqpack_cli.errors import ConfigError, InputError
 
 __all__ = ["DEFAULT_BUFFER_SIZE", "OVERLONG_POLICIES", "OverlongPolicy", "pack_stream"]
@@ -203,23 +203,15 @@ def pack_stream(
         InputError: while iterating, for an item whose length is not a positive int, or an
             over-long item under overlong="error".
     """
-    if isinstance(max_seq_len, bool) or not isinstance(max_seq_len, int) or max_seq_len <= 0:
-        raise ConfigError(
-            f"pack_stream: max_seq_len={max_seq_len!r}; expected a positive int (tokens per bin)"
-        )
-    if isinstance(buffer_size, bool) or not isinstance(buffer_size, int) or buffer_size <= 0:
-        raise ConfigError(
-            f"pack_stream: buffer_size={buffer_size!r}; expected a positive int (items held); "
-            f"the default is {DEFAULT_BUFFER_SIZE}"
-        )
-    if max_seqs_per_bin is not None and (
-        isinstance(max_seqs_per_bin, bool)
-        or not isinstance(max_seqs_per_bin, int)
-        or max_seqs_per_bin <= 0
-    ):
-        raise ConfigError(
-            f"pack_stream: max_seqs_per_bin={max_seqs_per_bin!r}; expected a positive int or None"
-        )
+    max_seq_len = check_max_seq_len(max_seq_len)
+    buffer_size = check_int(
+        "pack_stream: buffer_size",
+        buffer_size,
+        minimum=1,
+        expected="a positive integer (items held)",
+        fix=f"the default is {DEFAULT_BUFFER_SIZE}",
+    )
+    max_seqs_per_bin = check_max_seqs_per_bin(max_seqs_per_bin)
     if overlong not in OVERLONG_POLICIES:
         raise ConfigError(
             f"pack_stream: overlong={overlong!r}; expected one of {', '.join(OVERLONG_POLICIES)}"

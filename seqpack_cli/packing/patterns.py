@@ -153,8 +153,14 @@ class _PatternPacker:
             if x <= 0:
                 return
             if room > 3 * x:
-                # too much room to close with three lengths <= x: take copies of x first
-                copies = min((room - 2 * x - 1) // x, counts[x] - used[x], slots)
+                # too much room to close with three lengths <= x: take copies of x first (as
+                # many as leave more than 2x, within the copies left and the slots; ifs, not
+                # min(): this runs for most short tops)
+                copies = (room - 2 * x - 1) // x
+                if copies > counts[x] - used[x]:
+                    copies = counts[x] - used[x]
+                if copies > slots:
+                    copies = slots
             else:
                 closing = self._closing(room, x, slots)
                 if closing is not None:
@@ -226,45 +232,35 @@ class _PatternPacker:
         return None
 
     def _triple(self, room: int, x: int) -> tuple[int, int, int] | None:
-        """z + a `_pair` filling `room`, z walked down the available lengths from x (< room:
-        a free length equal to the room closes it alone) over at most `tries` candidates; None
-        when none of them closes it.
+        """z + a `_pair` filling `room`, z walked down the available lengths from x over at
+        most `tries` candidates; None when none of them closes it.
 
-        The pair sums to room - z with both lengths in [shortest, z], so only z in
+        Every available z <= x is a candidate: the bin holds only lengths >= x (the candidate
+        only gets shorter), x has a copy left, and x < room (a length equal to the room closes
+        it alone). The pair sums to room - z with both lengths in [shortest, z], so only z in
         [room / 3, room - 2 shortest] can succeed: the candidates above are counted as tries
         without a call, and the walk stops below room / 3 (the same closing as trying them
         one by one).
         """
-        counts, used, longest_below = self.counts, self.used, self.longest_below
+        used, longest_below = self.used, self.longest_below
         limit = room - 2 * self.shortest
         tried = 0
         z = x
         if limit < x:
             low = limit + 1 if limit >= 0 else 0
-            tried = self._candidates_between(low, x)
+            tried = self.alive.count(1, low, x + 1)
             z = longest_below(1, 0, low)
         while z > 0 and tried < self.tries:
             if 3 * z < room:
                 return None  # z plus two lengths <= z stays below the room from here on
-            if counts[z] > used[z]:
-                tried += 1
-                used[z] += 1
-                found = self._pair(room - z, z)
-                used[z] -= 1
-                if found:
-                    return z, found[0], found[1]
+            tried += 1
+            used[z] += 1
+            found = self._pair(room - z, z)
+            used[z] -= 1
+            if found:
+                return z, found[0], found[1]
             z = longest_below(1, 0, z)
         return None
-
-    def _candidates_between(self, low: int, high: int) -> int:
-        """How many z in [low, high] `_triple` would try: the available lengths, less those
-        used up in this bin."""
-        counts, used = self.counts, self.used
-        candidates = self.alive.count(1, low, high + 1)
-        for y in self.bin_lengths:
-            if low <= y <= high and counts[y] <= used[y]:
-                candidates -= 1
-        return candidates
 
     def _repeat_bin(self, top: int) -> Group:
         """The bin built for `top`, repeated as often as the counts allow, taken from them;
