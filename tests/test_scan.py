@@ -501,3 +501,14 @@ def test_id_check_flags_every_duplicate_and_gives_back_real_ids(
     assert candidates <= set(ids.tolist()), "candidates are ids of the data"
     if check.exact:
         assert candidates == repeated, "an exact bitmap flags only true duplicates"
+
+
+def test_the_duplicate_bitmap_grows_with_the_ids_up_to_its_cap() -> None:
+    from seqpack_cli.prepare.pools.engine import check_bits_log2
+
+    tuning = PoolTuning()
+    assert check_bits_log2(0, tuning) == 16
+    assert check_bits_log2(10**6, tuning) == 25  # 32e6 bits -> 2**25 (4 MiB)
+    assert check_bits_log2(10**7, tuning) == 29
+    assert check_bits_log2(10**8, tuning) == 30 == tuning.check_bits_log2
+    assert check_bits_log2(10**8, PoolTuning(check_bits_log2=4)) == 4

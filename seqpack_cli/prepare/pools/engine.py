@@ -216,6 +216,13 @@ def _write_zeros(fd: int, num_bytes: int) -> None:
         done += os.pwrite(fd, memoryview(zeros)[: min(len(zeros), num_bytes - done)], done)
 
 
+def check_bits_log2(num_ids: int, tuning: PoolTuning) -> int:
+    """The duplicate bitmap's size: about 32 bits per id (hashed ids then collide for ~1.5% of
+    them, which DuckDB clears), at most 2**`tuning.check_bits_log2`. A small job does not pay
+    for (or fault in) a 128 MiB bitmap it cannot fill."""
+    return min(tuning.check_bits_log2, max(16, (32 * num_ids).bit_length()))
+
+
 def reserve_work_file(path: Path, num_bytes: int) -> None:
     """Create the scatter path's flat work file with all its `num_bytes` allocated on disk.
 
@@ -351,7 +358,7 @@ def scan_pools(
         check = IdCheck(
             id_min,
             id_max,
-            max_bits_log2=tuning.check_bits_log2,
+            max_bits_log2=check_bits_log2(layout.num_ids, tuning),
             max_candidates=tuning.max_candidates,
         )
     split_pools(layout, flat_path, check, append_pool, workers=num_threads, progress=progress)
