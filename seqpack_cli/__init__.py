@@ -51,6 +51,7 @@ _EXPORTS: dict[str, str] = {
     "FlatTokenSource": "collate",
     "PackedDataset": "data",
     "PackedIterableDataset": "data",
+    "PackedDataLoader": "data",
     "pack_stream": "packing.online",
 }
 

@@ -2,8 +2,10 @@
 
 A *token source* is anything indexable by a sequence id that returns that sequence's tokens as a
 1-D integer sequence: a list of lists, a 2-D or object numpy array, a list of (or a 2-D) CPU torch
-tensor, a Hugging Face `datasets.Dataset` column (`dataset["input_ids"]`), or `FlatTokenSource`
-over one memory-mapped token array plus offsets (fetched with one vectorised gather).
+tensor, a Hugging Face `datasets.Dataset` column (`dataset["input_ids"]`), `FlatTokenSource` over
+one memory-mapped token array plus offsets (fetched with one vectorised gather), or any store
+with `take_sequences` (see `seqpack_cli.token_sources`). Per-token labels (`labels_source`) or a
+loss mask (`loss_mask_source`) come from sources of the same kind, indexed by the same ids.
 
 `PackedCollator` lays out a whole batch with numpy: one fetch per sequence (one gather for
 `FlatTokenSource` and 2-D arrays), one concatenate per batch, every per-token array (position,
@@ -11,153 +13,33 @@ sequence id, label) from `repeat`/`cumsum` offsets, and one boolean-mask assignm
 array to place the tokens in their rows; never a per-token Python loop.
 
 Label convention (Hugging Face style, where the model shifts labels internally so that the
-logits at i are scored against `labels[i + 1]`): `labels[i] = input_ids[i]`, except that the
-first token of every sequence and every padding position get `label_pad_id`. So no sequence's
-first token is ever predicted from the end of the sequence before it, and padding is never a
-target.
+logits at i are scored against `labels[i + 1]`): `labels[i]` is the i-th token's label (the token
+itself, or `labels_source`'s value), except that the first token of every sequence, every token
+whose loss mask is 0, and every padding position get `label_pad_id`. So no sequence's first token
+is ever predicted from the end of the sequence before it, and padding is never a target. This is
+what `transformers.DataCollatorWithFlattening` does (`[-100] + labels[1:]` per sequence).
 """
 
 from __future__ import annotations
 
 import itertools
 import logging
-import operator
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
 from seqpack_cli.checks import check_int
-from seqpack_cli.errors import ConfigError, InputError
+from seqpack_cli.errors import ConfigError, InputError, option
 from seqpack_cli.masking import check_max_num_seqs, require_torch, too_many_sequences_error
+from seqpack_cli.token_sources import FlatTokenSource, fetch, shown
 
 __all__ = ["FORMATS", "FlatTokenSource", "PackedCollator", "pack_one_bin"]
 
 logger = logging.getLogger(__name__)
 
-FORMATS = ("padded", "padding_free", "maxtext")
-_MAX_IDS_SHOWN = 8
-
-
-class FlatTokenSource:
-    """Sequences stored back to back in one flat token array, with `offsets` marking each start.
-
-    Sequence i is `tokens[offsets[i]:offsets[i + 1]]`. `tokens` may be a read-only `np.memmap`
-    (e.g. `np.load("tokens.npy", mmap_mode="r")`): a batch is fetched with one fancy-index
-    gather, so only the pages holding its tokens are read.
-    """
-
-    def __init__(self, tokens: Any, offsets: Any) -> None:
-        self.tokens = tokens if isinstance(tokens, np.ndarray) else np.asarray(tokens)
-        self.offsets = np.asarray(offsets, dtype=np.int64)
-        if self.tokens.ndim != 1 or self.tokens.dtype.kind not in "iu":
-            raise InputError(
-                f"FlatTokenSource tokens has shape {self.tokens.shape} and dtype "
-                f"{self.tokens.dtype}; expected a 1-D integer array of all tokens back to back"
-            )
-        if (
-            self.offsets.ndim != 1
-            or self.offsets.size == 0
-            or self.offsets[0] < 0
-            or self.offsets[-1] > self.tokens.shape[0]
-            or bool(np.any(np.diff(self.offsets) < 0))
-        ):
-            raise InputError(
-                f"FlatTokenSource offsets (shape {self.offsets.shape}) must be a non-decreasing "
-                f"1-D array within [0, {self.tokens.shape[0]}] with one more entry than there "
-                "are sequences: build it as np.concatenate([[0], np.cumsum(lengths)])"
-            )
-
-    def __len__(self) -> int:
-        return int(self.offsets.shape[0] - 1)
-
-    def __getitem__(self, seq_id: int) -> np.ndarray:
-        seq_id = operator.index(seq_id)
-        return self.tokens[self.offsets[seq_id] : self.offsets[seq_id + 1]]
-
-    def take(self, seq_ids: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """Tokens of `seq_ids` concatenated in order, and their lengths; one gather."""
-        seq_ids = np.asarray(seq_ids, dtype=np.int64)
-        if seq_ids.size and (seq_ids.min() < 0 or seq_ids.max() >= len(self)):
-            bad = int(seq_ids[(seq_ids < 0) | (seq_ids >= len(self))][0])
-            raise InputError(
-                f"sequence id {bad} is outside FlatTokenSource's {len(self)} sequences; "
-                "expected ids in [0, len(source))"
-            )
-        starts = self.offsets[seq_ids]
-        lengths = self.offsets[seq_ids + 1] - starts
-        # index[t] = start of t's sequence + t's offset within it, via one repeat.
-        shift = np.repeat(starts - (np.cumsum(lengths) - lengths), lengths)
-        index = shift + np.arange(shift.shape[0], dtype=np.int64)
-        return np.asarray(self.tokens[index], dtype=np.int64), lengths
-
-
-def _as_token_array(item: Any, seq_id: int) -> np.ndarray:
-    """One sequence's tokens as a 1-D integer numpy array, or an `InputError` saying why not."""
-    if isinstance(item, Mapping):
-        raise InputError(
-            f"token_source[{seq_id}] is a mapping with keys {sorted(map(str, item))[:5]}; "
-            "expected a 1-D token sequence: pass the token column, e.g. dataset['input_ids']"
-        )
-    try:
-        tokens = np.asarray(item)
-    except (TypeError, RuntimeError) as error:
-        raise InputError(
-            f"token_source[{seq_id}] ({type(item).__name__}) cannot be read as an array "
-            f"({error}); keep token sources on the CPU"
-        ) from error
-    if tokens.ndim != 1 or tokens.shape[0] == 0:
-        raise InputError(
-            f"token_source[{seq_id}] has shape {tokens.shape}; expected a non-empty 1-D token "
-            "sequence: drop empty sequences before packing"
-        )
-    if tokens.dtype.kind not in "iu":
-        raise InputError(
-            f"token_source[{seq_id}] has dtype {tokens.dtype}; expected integer token ids"
-        )
-    return tokens
-
-
-def _missing_sequence_error(seq_ids: np.ndarray, error: Exception) -> InputError:
-    return InputError(
-        f"token_source has no sequence for one of the ids {_shown(seq_ids)} ({error}); "
-        "expected every id in a bin to index the token source: pack and collate the same dataset"
-    )
-
-
-def _fetch(token_source: Any, seq_ids: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Tokens of `seq_ids` concatenated in order (int64), and each sequence's length."""
-    if isinstance(token_source, FlatTokenSource):
-        return token_source.take(seq_ids)
-    if getattr(token_source, "ndim", None) == 2:
-        # A 2-D array or tensor: every row is one sequence; gather all rows at once.
-        try:
-            rows = np.asarray(token_source[seq_ids])
-        except IndexError as error:
-            raise _missing_sequence_error(seq_ids, error) from error
-        if rows.dtype.kind not in "iu" or rows.shape[1] == 0:
-            raise InputError(
-                f"token_source has dtype {rows.dtype} and rows of {rows.shape[1]} tokens; "
-                "expected integer token ids and non-empty rows"
-            )
-        lengths = np.full(seq_ids.shape[0], rows.shape[1], dtype=np.int64)
-        return rows.reshape(-1).astype(np.int64, copy=False), lengths
-    # Anything else: one look-up per sequence (never per token), then one concatenate.
-    try:
-        chunks = [_as_token_array(token_source[i], i) for i in seq_ids.tolist()]
-    except (IndexError, KeyError) as error:
-        raise _missing_sequence_error(seq_ids, error) from error
-    lengths = np.fromiter((c.shape[0] for c in chunks), dtype=np.int64, count=len(chunks))
-    return np.concatenate(chunks).astype(np.int64, copy=False), lengths
-
-
-def _shown(values: Sequence[int] | np.ndarray) -> str:
-    """A short rendering of an id or length list for error messages."""
-    shown = [int(v) for v in values[: _MAX_IDS_SHOWN + 1]]
-    if len(shown) <= _MAX_IDS_SHOWN:
-        return str(shown)
-    return f"{shown[:_MAX_IDS_SHOWN]} + {len(values) - _MAX_IDS_SHOWN} more"
+FORMATS = ("padded", "padding_free", "maxtext", "hf")
 
 
 @dataclass(frozen=True)
@@ -171,10 +53,27 @@ class _Layout:
     position: np.ndarray  # the position of each token within its sequence (0-based)
     local_id: np.ndarray  # the index of each token's sequence within its bin (0-based)
     seq_index: np.ndarray  # the index of each token's sequence within the batch (0-based)
+    seq_ids: np.ndarray  # the sequence ids, in batch order
+    fetched_lengths: np.ndarray  # tokens per sequence as the source holds them (before a cut)
 
 
-def _lay_out(bins: Sequence[Sequence[int]], token_source: Any, max_seq_len: int) -> _Layout:
-    """Fetch a batch's tokens and place them, rows left-aligned, with vectorised numpy."""
+def _first_tokens(
+    values: np.ndarray, lengths: np.ndarray, cap: int
+) -> tuple[np.ndarray, np.ndarray]:
+    """The first `cap` values of every sequence (values back to back, `lengths` each)."""
+    kept = np.minimum(lengths, cap)
+    if np.array_equal(kept, lengths):
+        return values, lengths
+    starts = np.cumsum(lengths) - lengths
+    position = np.arange(values.shape[0], dtype=np.int64) - np.repeat(starts, lengths)
+    return values[position < np.repeat(kept, lengths)], kept
+
+
+def _lay_out(
+    bins: Sequence[Sequence[int]], token_source: Any, max_seq_len: int, *, truncate: bool = False
+) -> _Layout:
+    """Fetch a batch's tokens and place them, rows left-aligned, with vectorised numpy; with
+    `truncate`, a sequence longer than `max_seq_len` keeps its first `max_seq_len` tokens."""
     if len(bins) == 0:
         raise InputError("the batch holds no bins; expected at least one bin of sequence ids")
     num_seqs = np.fromiter((len(b) for b in bins), dtype=np.int64, count=len(bins))
@@ -182,7 +81,10 @@ def _lay_out(bins: Sequence[Sequence[int]], token_source: Any, max_seq_len: int)
         empty = int(np.flatnonzero(num_seqs == 0)[0])
         raise InputError(f"bin {empty} of the batch holds no sequence ids; expected at least one")
     seq_ids = np.fromiter(itertools.chain.from_iterable(bins), dtype=np.int64)
-    tokens, lengths = _fetch(token_source, seq_ids)
+    tokens, fetched_lengths = fetch(token_source, seq_ids)
+    lengths = fetched_lengths
+    if truncate:
+        tokens, lengths = _first_tokens(tokens, fetched_lengths, max_seq_len)
 
     first_seq = np.cumsum(num_seqs) - num_seqs  # index of each bin's first sequence
     row_len = np.add.reduceat(lengths, first_seq)
@@ -192,7 +94,7 @@ def _lay_out(bins: Sequence[Sequence[int]], token_source: Any, max_seq_len: int)
         ids = seq_ids[first_seq[k] : first_seq[k] + num_seqs[k]]
         lens = lengths[first_seq[k] : first_seq[k] + num_seqs[k]]
         raise InputError(
-            f"bin {k} of the batch (sequence ids {_shown(ids)}, lengths {_shown(lens)}) holds "
+            f"bin {k} of the batch (sequence ids {shown(ids)}, lengths {shown(lens)}) holds "
             f"{int(row_len[k])} tokens, more than max_seq_len={max_seq_len}; pack with the "
             "same max_seq_len the collator uses, or raise max_seq_len"
         )
@@ -211,6 +113,8 @@ def _lay_out(bins: Sequence[Sequence[int]], token_source: Any, max_seq_len: int)
         position=np.arange(seq_index.shape[0], dtype=np.int64) - seq_start[seq_index],
         local_id=local_of_seq[seq_index],
         seq_index=seq_index,
+        seq_ids=seq_ids,
+        fetched_lengths=fetched_lengths,
     )
 
 
@@ -243,13 +147,14 @@ class PackedCollator:
 
     `format="padded"` (torch tensors, `[B, max_seq_len]`, bins left-aligned):
       - `input_ids`: tokens, `pad_token_id` after each row's last sequence;
-      - `labels`: see the module docstring (first token of every sequence and padding ->
-        `label_pad_id`);
+      - `labels`: see the module docstring (first token of every sequence, tokens with loss mask
+        0, and padding -> `label_pad_id`);
       - `position_ids`: 0, 1, 2, ... restarting at every sequence, 0 on padding;
       - `sequence_ids`: 0, 1, 2, ... per sequence within its row; padding gets the next id (the
         row's number of sequences), an id of its own, so the builders in `seqpack_cli.masking`
         never let padding meet a real token even without the mask;
-      - `attention_mask`: 1 on real tokens, 0 on padding;
+      - `attention_mask`: 1 on real tokens, 0 on padding (a padding mask only: it does not
+        separate the sequences of a row; build the bias from `sequence_ids` for that);
       - `cu_seqlens` (int32), `max_seqlen` (int): sequence boundaries in the padding-stripped,
         row-major token stream, equal to `build_packing_cu_seqlens(sequence_ids,
         attention_mask)`. (For shapes that never change, call
@@ -260,21 +165,42 @@ class PackedCollator:
       keys except `attention_mask`, which is left out on purpose (Hugging Face's flash-attention
       path prefers a given mask to position_ids and would treat the batch as one sequence);
       `sequence_ids` number the sequences across the whole batch.
+    `format="hf"` (torch, `[1, total_tokens]`, padding-free): exactly the keys a `transformers`
+      model takes, for `model(**batch, use_cache=False)` (eager and sdpa separate the sequences
+      by `position_ids`, flash_attention_2 by `cu_seq_lens_*`); the keys and dtypes of
+      `DataCollatorWithFlattening(return_flash_attn_kwargs=True, return_seq_idx=True)`:
+      `input_ids`, `labels`, `position_ids` (int64, `[1, T]`), `seq_idx` (int32, `[1, T]`, the
+      sequence's index in the batch), `cu_seq_lens_q`, `cu_seq_lens_k` (int32,
+      `[num_sequences + 1]`), `max_length_q`, `max_length_k` (ints). No `attention_mask`:
+      transformers reads packed sequences from `position_ids` only when the mask is None.
     `format="maxtext"` (numpy int32, `[B, max_seq_len]`, no torch needed): `inputs`, `targets`
       (both the tokens, `pad_token_id` on padding: MaxText shifts and masks targets itself),
       `inputs_position`, `targets_position` (0-based per sequence, 0 on padding),
       `inputs_segmentation`, `targets_segmentation` (1, 2, 3, ... per row, 0 on padding).
 
-    `max_num_seqs=K` fixes `cu_seqlens` at K + 1 entries (the unused tail repeats the total) for
-    `torch.compile(dynamic=False)`; a batch with more than K sequences raises `ConfigError`.
+    Labels: by default each token is its own label. `labels_source` gives per-token labels
+    instead (`labels_source[id]` a 1-D integer array as long as the tokens; `label_pad_id`
+    values stay untargeted, e.g. a prompt's); `loss_mask_source` gives a per-token 0/1 mask
+    (1 = this token is a target, 0 = it gets `label_pad_id`). Pass at most one of the two; both
+    are read like the token source (see `seqpack_cli.token_sources`), and a length that differs
+    from the tokens' raises `InputError` naming the sequence id. Either way the first token of
+    every sequence is never a target.
 
-    `return_loss_weights=True` adds `loss_weights` (float32, shaped like `labels`): a token whose
-    label is not `label_pad_id` gets `1 / (n - 1)`, where n is its sequence's token count (so
-    n - 1 is the number of tokens that sequence predicts); every other position gets 0. Weights
-    align with `labels`, so shift them the same way; they sum to 1 over each sequence of two or
-    more tokens (a one-token sequence predicts nothing and sums to 0). The per-sequence
+    `truncate=True` keeps the first `max_seq_len` tokens (and labels) of a longer sequence: the
+    training side of `seqpack prepare --over-cap truncate`, whose pools record such a sequence
+    with the length `max_seq_len`. Without it, a bin over `max_seq_len` raises `InputError`.
+
+    `max_num_seqs=K` fixes `cu_seqlens` (with "hf": `cu_seq_lens_q`/`_k`) at K + 1 entries (the
+    unused tail repeats the total) for `torch.compile(dynamic=False)`; a batch with more than K
+    sequences raises `ConfigError`.
+
+    `return_loss_weights=True` adds `loss_weights` (float32, shaped like `labels`): a target (a
+    token whose label is not `label_pad_id`) gets `1 / m`, where m is the number of targets in its
+    sequence (n - 1 for a sequence of n tokens without a loss mask); every other position gets
+    0. Weights align with `labels`, so shift them the same way; they sum to 1 over each sequence
+    with a target (a one-token sequence predicts nothing and sums to 0). The per-sequence
     normalised loss is `(loss_weights * token_loss).sum() / num_sequences_with_targets` instead
-    of the per-token mean.
+    of the per-token mean. (With "hf", pop it before `model(**batch)`.)
     """
 
     def __init__(
@@ -287,6 +213,9 @@ class PackedCollator:
         format: str = "padded",
         return_loss_weights: bool = False,
         max_num_seqs: int | None = None,
+        labels_source: Any = None,
+        loss_mask_source: Any = None,
+        truncate: bool = False,
     ) -> None:
         if format not in FORMATS:
             raise ConfigError(f"format={format!r}; expected one of {', '.join(FORMATS)}")
@@ -295,27 +224,49 @@ class PackedCollator:
                 "format='maxtext' has no loss_weights or cu_seqlens (MaxText derives both from "
                 "the segmentation); leave return_loss_weights and max_num_seqs unset"
             )
+        if labels_source is not None and loss_mask_source is not None:
+            raise ConfigError(
+                f"both {option('labels_source')} and {option('loss_mask_source')} are set; pass "
+                "one: labels (label_pad_id where nothing is predicted) or a 0/1 loss mask"
+            )
+        if format == "maxtext" and (labels_source is not None or loss_mask_source is not None):
+            raise ConfigError(
+                f"format='maxtext' takes no {option('labels_source')} or "
+                f"{option('loss_mask_source')} (its targets are the tokens, shifted by MaxText); "
+                "use format='padded', 'padding_free' or 'hf'"
+            )
         self.token_source = token_source
+        self.labels_source = labels_source
+        self.loss_mask_source = loss_mask_source
         self.max_seq_len = check_int("max_seq_len", max_seq_len, minimum=1)
         self.pad_token_id = check_int("pad_token_id", pad_token_id)
         self.label_pad_id = check_int("label_pad_id", label_pad_id)
         self.format = format
         self.return_loss_weights = bool(return_loss_weights)
         self.max_num_seqs = None if max_num_seqs is None else check_max_num_seqs(max_num_seqs)
+        self.truncate = bool(truncate)
 
     def __repr__(self) -> str:
+        labels = (
+            "labels_source"
+            if self.labels_source is not None
+            else "loss_mask_source"
+            if self.loss_mask_source is not None
+            else "tokens"
+        )
         return (
             f"PackedCollator(max_seq_len={self.max_seq_len}, pad_token_id={self.pad_token_id}, "
-            f"label_pad_id={self.label_pad_id}, format={self.format!r}, "
-            f"return_loss_weights={self.return_loss_weights}, max_num_seqs={self.max_num_seqs})"
+            f"label_pad_id={self.label_pad_id}, format={self.format!r}, labels={labels}, "
+            f"return_loss_weights={self.return_loss_weights}, max_num_seqs={self.max_num_seqs}, "
+            f"truncate={self.truncate})"
         )
 
     def __call__(self, bins: Sequence[Sequence[int]]) -> dict[str, Any]:
-        layout = _lay_out(bins, self.token_source, self.max_seq_len)
+        layout = _lay_out(bins, self.token_source, self.max_seq_len, truncate=self.truncate)
         if self.format == "maxtext":
             return self._maxtext(layout)
         torch = require_torch()
-        labels = np.where(layout.position == 0, self.label_pad_id, layout.tokens)
+        labels, targets = self._labels(layout)
         features: dict[str, np.ndarray]
         if self.format == "padded":
             features = self._padded(layout, labels)
@@ -324,14 +275,63 @@ class PackedCollator:
                 "input_ids": layout.tokens[None],
                 "labels": labels[None],
                 "position_ids": layout.position[None],
-                "sequence_ids": layout.seq_index[None],
             }
+            if self.format == "hf":
+                features["seq_idx"] = layout.seq_index[None].astype(np.int32)
+            else:
+                features["sequence_ids"] = layout.seq_index[None]
         if self.return_loss_weights:
-            features["loss_weights"] = self._loss_weights(layout)
+            features["loss_weights"] = self._loss_weights(layout, targets)
         batch: dict[str, Any] = {k: torch.from_numpy(v) for k, v in features.items()}
-        batch["cu_seqlens"] = torch.from_numpy(self._cu_seqlens(layout.lengths))
-        batch["max_seqlen"] = int(layout.lengths.max())
+        cu_seqlens = torch.from_numpy(self._cu_seqlens(layout.lengths))
+        max_seqlen = int(layout.lengths.max())
+        if self.format == "hf":
+            batch["cu_seq_lens_q"], batch["cu_seq_lens_k"] = cu_seqlens, cu_seqlens.clone()
+            batch["max_length_q"] = batch["max_length_k"] = max_seqlen
+        else:
+            batch["cu_seqlens"], batch["max_seqlen"] = cu_seqlens, max_seqlen
         return batch
+
+    def _aligned(
+        self, source: Any, name: str, layout: _Layout, *, allow_bool: bool = False
+    ) -> np.ndarray:
+        """`source`'s values for the batch's sequences, checked to match the tokens one to one."""
+        values, lengths = fetch(source, layout.seq_ids, name=name, allow_bool=allow_bool)
+        differ = np.flatnonzero(lengths != layout.fetched_lengths)
+        if differ.size:
+            k = int(differ[0])
+            seq_id = int(layout.seq_ids[k])
+            raise InputError(
+                f"{name}[{seq_id}] has {int(lengths[k])} values but token_source[{seq_id}] has "
+                f"{int(layout.fetched_lengths[k])} tokens; expected one value per token: build "
+                "both from the same tokenisation"
+            )
+        if self.truncate:
+            values, _ = _first_tokens(values, lengths, self.max_seq_len)
+        return values
+
+    def _labels(self, layout: _Layout) -> tuple[np.ndarray, np.ndarray]:
+        """Per-token labels (`label_pad_id` where nothing is predicted) and which are targets."""
+        targets = layout.position > 0  # a sequence's first token is never predicted
+        if self.labels_source is not None:
+            values = self._aligned(self.labels_source, "labels_source", layout)
+            targets &= values != self.label_pad_id
+        else:
+            values = layout.tokens
+            if self.loss_mask_source is not None:
+                mask = self._aligned(
+                    self.loss_mask_source, "loss_mask_source", layout, allow_bool=True
+                )
+                bad = np.flatnonzero((mask != 0) & (mask != 1))
+                if bad.size:
+                    t = int(bad[0])
+                    seq_id = int(layout.seq_ids[layout.seq_index[t]])
+                    raise InputError(
+                        f"loss_mask_source[{seq_id}] holds {int(mask[t])} at position "
+                        f"{int(layout.position[t])}; expected 0 (not a target) or 1 (a target)"
+                    )
+                targets &= mask != 0
+        return np.where(targets, values, self.label_pad_id), targets
 
     def _grid(
         self, layout: _Layout, values: np.ndarray | int, fill: int | np.ndarray, dtype: Any
@@ -366,10 +366,12 @@ class PackedCollator:
             "targets_segmentation": segments.copy(),
         }
 
-    def _loss_weights(self, layout: _Layout) -> np.ndarray:
-        predicted = (layout.lengths - 1).astype(np.float32)  # targets per sequence
-        per_seq = np.divide(1.0, predicted, out=np.zeros_like(predicted), where=predicted > 0)
-        weights = np.where(layout.position == 0, np.float32(0), per_seq[layout.seq_index])
+    def _loss_weights(self, layout: _Layout, targets: np.ndarray) -> np.ndarray:
+        num_seqs = layout.lengths.shape[0]
+        counts = np.bincount(layout.seq_index, weights=targets, minlength=num_seqs)
+        counts = counts.astype(np.float32)  # targets per sequence
+        per_seq = np.divide(1.0, counts, out=np.zeros_like(counts), where=counts > 0)
+        weights = np.where(targets, per_seq[layout.seq_index], np.float32(0))
         weights = weights.astype(np.float32, copy=False)
         if self.format == "padded":
             return self._grid(layout, weights, 0, np.float32)

@@ -2,9 +2,11 @@
 
 `rank_and_world_size` fills in the rank and world size from `torch.distributed` when the caller
 leaves them out. `EpochPlan(..., rank=r, world_size=...)` then gives the rank its bins, and
-`deal_bins` splits those among the DataLoader's workers: worker w of W yields the bins k with
-(k - start) % W == w, so torch's in-order DataLoader, which takes one item from each worker in
-turn, hands the training loop bins start, start+1, start+2, ... whatever W.
+`deal_batches` splits those among the DataLoader's workers: from the pass's first bin `start`,
+batch j holds the `batch_size` bins `start + j*B .. start + (j+1)*B - 1` (the last batch may be
+shorter), and worker w of W makes the batches j with j % W == w. torch's in-order DataLoader
+takes one item from each worker in turn, so the training loop receives batches 0, 1, 2, ...:
+the rank's bins in order, whatever W. `deal_bins` is the same with one bin per batch.
 
 Used by `seqpack_cli.data`; imports torch, so import it only where torch is installed.
 """
@@ -19,7 +21,7 @@ from torch.utils.data import get_worker_info
 
 from seqpack_cli.epoch.plan import EpochPlan
 
-__all__ = ["WorkerShare", "deal_bins", "rank_and_world_size", "worker_share"]
+__all__ = ["WorkerShare", "deal_batches", "deal_bins", "rank_and_world_size", "worker_share"]
 
 # Bins computed per vectorised EpochPlan.bins call, per DataLoader worker: each call has a fixed
 # cost of ~0.7 ms, so small chunks cost 10-15 us per bin and 512-bin chunks ~2 us.
@@ -56,13 +58,43 @@ def worker_share() -> WorkerShare:
     return WorkerShare(num_workers=info.num_workers, worker=info.id, in_main_process=False)
 
 
-def deal_bins(plan: EpochPlan, start: int, share: WorkerShare) -> Iterator[tuple[int, list[int]]]:
-    """`(k, bin k)` for the bins k >= `start` of `plan` that `share`'s worker makes, in order.
+def batch_stop(num_bins: int, start: int, batch_size: int, drop_remainder: bool) -> int:
+    """The bin after the last one a pass from `start` yields: `num_bins`, or with
+    `drop_remainder` the end of the last full batch."""
+    if not drop_remainder:
+        return num_bins
+    return start + (num_bins - start) // batch_size * batch_size
 
-    Bins are computed in vectorised chunks of `_CHUNK_BINS` per worker, never one at a time.
+
+def deal_batches(
+    plan: EpochPlan,
+    start: int,
+    batch_size: int,
+    share: WorkerShare,
+    *,
+    drop_remainder: bool = False,
+) -> Iterator[tuple[int, list[list[int]]]]:
+    """`(end, bins)` for the batches of `plan` from bin `start` that `share`'s worker makes, in
+    order: `bins` is a list of up to `batch_size` consecutive bins (fewer only in the last
+    batch, which `drop_remainder` leaves out) and `end` the bin after them.
+
+    Bins are computed in vectorised chunks of about `_CHUNK_BINS` per worker, never one at a
+    time; each chunk is a whole number of rounds (one batch per worker), so every worker sees
+    the same chunk boundaries.
     """
-    step = _CHUNK_BINS * share.num_workers
-    for first in range(start, len(plan), step):
-        bins = plan.bins(first, first + step)
-        for offset in range(share.worker, len(bins), share.num_workers):
-            yield first + offset, bins[offset]
+    stop = batch_stop(len(plan), start, batch_size, drop_remainder)
+    round_bins = batch_size * share.num_workers
+    step = max(1, _CHUNK_BINS // batch_size) * round_bins
+    for first in range(start, stop, step):
+        bins = plan.bins(first, min(first + step, stop))
+        for offset in range(share.worker * batch_size, len(bins), round_bins):
+            batch = bins[offset : offset + batch_size]
+            yield first + offset + len(batch), batch
+
+
+def deal_bins(plan: EpochPlan, start: int, share: WorkerShare) -> Iterator[tuple[int, list[int]]]:
+    """`(k, bin k)` for the bins k >= `start` of `plan` that `share`'s worker makes, in order:
+    `deal_batches` with one bin per batch (worker w of W makes the k with (k - start) % W == w).
+    """
+    for end, (bin_ids,) in deal_batches(plan, start, 1, share):
+        yield end - 1, bin_ids

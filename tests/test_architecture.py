@@ -120,7 +120,7 @@ def test_the_graph_sees_imports_inside_functions() -> None:
 LAYERS: list[set[str]] = [
     {"errors"},
     {"checks"},
-    {"progress", "interrupts", "seeding", "templates"},
+    {"progress", "interrupts", "seeding", "templates", "token_sources"},
     {"epoch", "prepared", "masking"},
     {"packing", "sharding", "collate"},
     {"prepare", "data"},

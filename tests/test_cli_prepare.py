@@ -224,7 +224,7 @@ CASES: dict[str, tuple[Case, list[str]]] = {
             "2 sequences",
             "longer than --max-seq-len 100",
             "the longest has 300",
-            "--filter-over-cap",
+            "--over-cap drop",
         ],
     ),
     "null ids": (

@@ -59,6 +59,11 @@ ROW_KEYS = {
     "max_seq_len",
     "num_over_cap",
     "num_tokens_over_cap",
+    "share_over_cap",
+    "share_tokens_over_cap",
+    "num_tokens_truncated",
+    "share_tokens_truncated",
+    "attention",
     "seqpack",
     "lower_bound_by",
     "no_packing",
@@ -166,6 +171,7 @@ def test_stats_help_documents_the_options_baselines_and_json_keys() -> None:
         "padded to max_seq_len",
         "an estimate",
         "bins_saved_vs_sequential",
+        "share_tokens_truncated",
         "top_templates",
         "lower_bound_by",
     ):
@@ -274,6 +280,18 @@ def test_sweep_json_agrees_with_numpy(data_dir: Path, lengths: np.ndarray) -> No
         # sequences over the cap: counted, then left out of every figure
         assert row["num_over_cap"] == int((lengths > cap).sum())
         assert row["num_tokens_over_cap"] == int(lengths[lengths > cap].sum())
+        # the trade-off: dropped or truncated, as counts and shares; attention vs padded rows
+        over = lengths[lengths > cap]
+        assert row["share_over_cap"] == pytest.approx(over.size / lengths.size)
+        assert row["share_tokens_over_cap"] == pytest.approx(over.sum() / lengths.sum())
+        assert row["num_tokens_truncated"] == int((over - cap).sum())
+        assert row["share_tokens_truncated"] == pytest.approx((over - cap).sum() / lengths.sum())
+        squares = int((kept.astype(object) ** 2).sum())
+        assert row["attention"] == {
+            "packed": squares,
+            "padded": kept.size * cap * cap,
+            "packed_vs_padded": pytest.approx(squares / (kept.size * cap * cap)),
+        }
         direct = PackingStats.from_templates(
             pack_length_histogram_batched(_histogram(kept), cap), cap
         )
@@ -308,6 +326,7 @@ def test_sweep_terminal_report_and_html(data_dir: Path, tmp_path: Path) -> None:
     out = result.stdout
     assert "2 parquet files" in out and "'num_tokens'" in out
     assert "Per max_seq_len" in out and "Efficiency" in out and "next-fit" in out
+    assert "What each max_seq_len costs" in out and "tokens cut" in out
     assert "HTML report written" in result.stderr
     _assert_standalone_html(target.read_text(encoding="utf-8"))
 

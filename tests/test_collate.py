@@ -301,3 +301,295 @@ def test_maxtext_needs_no_torch(monkeypatch: pytest.MonkeyPatch) -> None:
     assert features["inputs"].shape == (3, MAX_SEQ_LEN)
     with pytest.raises(ConfigError, match=r"pip install 'seqpack\[torch\]'"):
         PackedCollator(SOURCE, MAX_SEQ_LEN, 0)(BINS)
+
+
+# Labels and loss masks: same protocol as the tokens, indexed by the same ids.
+LABELS = [[-7 - t for t in range(len(s))] for s in SOURCE]  # distinct from every token
+MASKS = [[1, 0, 1, 1], [0, 1, 1, 0], [1, 1, 0], [1], [0, 0, 1, 1, 0, 1], [1, 0]]
+
+
+def test_hf_golden() -> None:
+    batch = PackedCollator(SOURCE, MAX_SEQ_LEN, 0, format="hf")(BINS)
+    flat = [t for b in BINS for i in b for t in SOURCE[i]]
+    assert sorted(batch) == sorted(
+        [
+            "input_ids",
+            "labels",
+            "position_ids",
+            "seq_idx",
+            "cu_seq_lens_q",
+            "cu_seq_lens_k",
+            "max_length_q",
+            "max_length_k",
+        ]
+    )
+    assert batch["input_ids"].tolist() == [flat]
+    assert batch["position_ids"].tolist() == [
+        [0, 1, 2, 3, 4, 5, 0, 0, 1, 2, 0, 1, 2, 3, 0, 1, 0, 1, 2, 3]
+    ]
+    assert batch["seq_idx"].tolist() == [[0] * 6 + [1] + [2] * 3 + [3] * 4 + [4] * 2 + [5] * 4]
+    for key in ("input_ids", "labels", "position_ids"):
+        assert batch[key].dtype == torch.int64 and batch[key].shape == (1, 20), key
+    assert batch["seq_idx"].dtype == torch.int32
+    for key in ("cu_seq_lens_q", "cu_seq_lens_k"):
+        assert batch[key].dtype == torch.int32 and batch[key].tolist() == [0, 6, 7, 10, 14, 16, 20]
+    assert batch["max_length_q"] == batch["max_length_k"] == 6
+    assert type(batch["max_length_q"]) is int
+    padding_free = PackedCollator(SOURCE, MAX_SEQ_LEN, 0, format="padding_free")(BINS)
+    assert torch.equal(batch["labels"], padding_free["labels"])
+    assert torch.equal(batch["seq_idx"].long(), padding_free["sequence_ids"])
+
+
+def test_hf_fixed_length_boundaries_and_loss_weights() -> None:
+    collator = PackedCollator(
+        SOURCE, MAX_SEQ_LEN, 0, format="hf", max_num_seqs=8, return_loss_weights=True
+    )
+    batch = collator(BINS)
+    assert batch["cu_seq_lens_q"].tolist() == [0, 6, 7, 10, 14, 16, 20, 20, 20]
+    assert torch.equal(batch["cu_seq_lens_k"], batch["cu_seq_lens_q"])
+    reference = PackedCollator(
+        SOURCE, MAX_SEQ_LEN, 0, format="padding_free", return_loss_weights=True
+    )(BINS)
+    assert torch.equal(batch["loss_weights"], reference["loss_weights"])
+
+
+@pytest.mark.parametrize("fmt", ["padded", "padding_free", "hf"])
+def test_labels_source_golden(fmt: str) -> None:
+    batch = PackedCollator(SOURCE, MAX_SEQ_LEN, 0, format=fmt, labels_source=LABELS)([[4, 3, 2]])
+    # The given labels, except each sequence's first token: -100.
+    assert batch["labels"].tolist() == [[-100, -8, -9, -10, -11, -12, -100, -100, -8, -9]]
+    assert batch["input_ids"].tolist() == [[101, 102, 103, 104, 105, 106, 7, 56, 23, 865]]
+
+
+@pytest.mark.parametrize("fmt", ["padded", "padding_free", "hf"])
+def test_loss_mask_golden(fmt: str) -> None:
+    batch = PackedCollator(SOURCE, MAX_SEQ_LEN, 0, format=fmt, loss_mask_source=MASKS)([[4, 3, 2]])
+    # Mask 0 -> -100; mask 1 -> the token, except a sequence's first token (mask 1 or not).
+    assert batch["labels"].tolist() == [[-100, -100, 103, 104, -100, 106, -100, -100, 23, -100]]
+
+
+def test_padded_labels_pad_the_padding() -> None:
+    batch = PackedCollator(SOURCE, MAX_SEQ_LEN, 0, labels_source=LABELS)([[0, 5]])
+    assert batch["labels"].tolist() == [[-100, -8, -9, -10, -100, -8, -100, -100, -100, -100]]
+
+
+@pytest.mark.parametrize("fmt", ["padded", "padding_free", "hf"])
+def test_loss_weights_follow_the_loss_mask(fmt: str) -> None:
+    collator = PackedCollator(
+        SOURCE, MAX_SEQ_LEN, 0, format=fmt, loss_mask_source=MASKS, return_loss_weights=True
+    )
+    batch = collator([[4, 3, 2]])
+    # Targets: sequence 4 predicts 103, 104, 106 (1/3 each); [7] nothing; sequence 2 only 23.
+    third = np.float32(1) / np.float32(3)
+    expected = [0, 0, third, third, 0, third, 0, 0, 1, 0]
+    assert batch["loss_weights"].tolist() == [[float(np.float32(w)) for w in expected]]
+
+
+def test_without_labels_the_weights_are_unchanged() -> None:
+    # The reference: 1 / (n - 1) on every token but the first.
+    batch = PackedCollator(SOURCE, MAX_SEQ_LEN, 0, format="hf", return_loss_weights=True)([[4, 2]])
+    fifth, half = float(np.float32(1) / np.float32(5)), float(np.float32(1) / np.float32(2))
+    assert batch["loss_weights"].tolist() == [[0.0] + [fifth] * 5 + [0.0, half, half]]
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    data=st.data(),
+    lengths=st.lists(st.integers(1, 9), min_size=1, max_size=10),
+    fmt=st.sampled_from(["padded", "padding_free", "hf"]),
+    kind=st.sampled_from(["labels", "mask"]),
+)
+def test_given_labels_never_cross_a_boundary(
+    data: st.DataObject, lengths: list[int], fmt: str, kind: str
+) -> None:
+    # Random labels (some already -100) or masks; one bin per two sequences.
+    source = [list(range(100 * i, 100 * i + n)) for i, n in enumerate(lengths)]
+    values = [
+        data.draw(
+            st.lists(
+                st.sampled_from([-100, 1, 2, 3] if kind == "labels" else [0, 1]),
+                min_size=n,
+                max_size=n,
+            )
+        )
+        for n in lengths
+    ]
+    bins = [list(range(i, min(i + 2, len(lengths)))) for i in range(0, len(lengths), 2)]
+    max_seq_len = max(sum(lengths[i] for i in b) for b in bins)
+    given = {"labels_source": values} if kind == "labels" else {"loss_mask_source": values}
+    collator = PackedCollator(
+        source, max_seq_len, -1, format=fmt, return_loss_weights=True, **given
+    )
+    batch = collator(bins)
+    labels, weights = batch["labels"], batch["loss_weights"]
+    if fmt == "padded":
+        real = batch["attention_mask"].bool()
+        labels, weights, positions = labels[real], weights[real], batch["position_ids"][real]
+    else:
+        labels, weights, positions = labels[0], weights[0], batch["position_ids"][0]
+    # What each token's label must be, built sequence by sequence.
+    order = [i for b in bins for i in b]
+    expected = []
+    for i in order:
+        for t, (token, value) in enumerate(zip(source[i], values[i], strict=True)):
+            target = t > 0 and (value != -100 if kind == "labels" else value == 1)
+            expected.append((value if kind == "labels" else token) if target else -100)
+    assert labels.tolist() == expected
+    assert (labels[positions == 0] == -100).all()
+    assert ((weights > 0) == (labels != -100)).all()
+    # Every sequence with a target sums to 1; the weights sum to that number of sequences.
+    with_targets = sum(
+        any((v != -100) if kind == "labels" else v == 1 for v in values[i][1:]) for i in order
+    )
+    assert float(weights.sum()) == pytest.approx(with_targets, abs=1e-5)
+
+
+class _CountingStore:
+    """A store with the batch-fetch protocol, as an on-disk token store would have."""
+
+    def __init__(self, sequences: list[list[int]]) -> None:
+        self.flat = FlatTokenSource(
+            np.concatenate([np.asarray(s, dtype=np.int64) for s in sequences]),
+            np.concatenate([[0], np.cumsum([len(s) for s in sequences])]),
+        )
+        self.calls = 0
+
+    def __getitem__(self, seq_id: int) -> np.ndarray:
+        raise AssertionError("take_sequences should have been used")
+
+    def take_sequences(self, seq_ids: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        self.calls += 1
+        return self.flat.take(seq_ids)
+
+
+def test_stores_with_take_sequences_are_fetched_in_one_call() -> None:
+    tokens, labels = _CountingStore(SOURCE), _CountingStore(LABELS)
+    got = PackedCollator(tokens, MAX_SEQ_LEN, 0, format="hf", labels_source=labels)(BINS)
+    expected = PackedCollator(SOURCE, MAX_SEQ_LEN, 0, format="hf", labels_source=LABELS)(BINS)
+    assert tokens.calls == labels.calls == 1
+    for key, value in expected.items():
+        assert torch.equal(got[key], value) if torch.is_tensor(value) else got[key] == value
+
+
+@pytest.mark.parametrize(
+    "make",
+    [
+        pytest.param(lambda s: s, id="list"),
+        pytest.param(lambda s: [np.asarray(x, dtype=bool) for x in s], id="bool_arrays"),
+        pytest.param(
+            lambda s: FlatTokenSource(
+                np.concatenate([np.asarray(x, dtype=np.uint8) for x in s]),
+                np.concatenate([[0], np.cumsum([len(x) for x in s])]),
+            ),
+            id="flat_uint8",
+        ),
+    ],
+)
+def test_every_loss_mask_kind_gives_the_same_labels(make: object) -> None:
+    expected = PackedCollator(SOURCE, MAX_SEQ_LEN, 0, loss_mask_source=MASKS)(BINS)
+    got = PackedCollator(SOURCE, MAX_SEQ_LEN, 0, loss_mask_source=make(MASKS))(BINS)  # type: ignore[operator]
+    assert torch.equal(got["labels"], expected["labels"])
+
+
+def test_a_two_dimensional_labels_source() -> None:
+    grid = np.arange(30, dtype=np.int64).reshape(6, 5)
+    batch = PackedCollator(grid, 10, -1, labels_source=-grid, format="hf")([[4, 1]])
+    assert batch["labels"].tolist() == [[-100, -21, -22, -23, -24, -100, -6, -7, -8, -9]]
+
+
+def _flat(sequences: list[list[int]]) -> FlatTokenSource:
+    return FlatTokenSource(
+        np.concatenate([np.asarray(s, dtype=np.int64) for s in sequences]),
+        np.concatenate([[0], np.cumsum([len(s) for s in sequences])]),
+    )
+
+
+@pytest.mark.parametrize("flat", [False, True])
+@pytest.mark.parametrize("name", ["labels_source", "loss_mask_source"])
+def test_a_length_mismatch_names_the_sequence(name: str, flat: bool) -> None:
+    values = [list(m) for m in MASKS]
+    values[2] = [1, 1]  # sequence 2 has 3 tokens
+    source = _flat(values) if flat else values
+    collator = PackedCollator(SOURCE, MAX_SEQ_LEN, 0, **{name: source})
+    with pytest.raises(InputError, match=rf"{name}\[2\] has 2 values but token_source\[2\] has 3"):
+        collator(BINS)
+    collator([[0, 5]])  # bins without sequence 2 collate
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [
+        (
+            {"loss_mask_source": [[1, 2, 0, 1, 1, 1]] * 6},
+            r"loss_mask_source\[4\] holds 2 at position 1",
+        ),
+        ({"loss_mask_source": [[0.5] * 6] * 6}, r"loss_mask_source\[4\] has dtype float64"),
+        ({"labels_source": [[True] * 6] * 6}, r"labels_source\[4\] has dtype bool"),
+        ({"labels_source": LABELS[:2]}, r"labels_source has no sequence for one of the ids"),
+    ],
+)
+def test_bad_labels_and_masks_are_input_errors(kwargs: dict[str, object], message: str) -> None:
+    with pytest.raises(InputError, match=message):
+        PackedCollator(SOURCE, MAX_SEQ_LEN, 0, **kwargs)([[4]])  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [
+        ({"labels_source": LABELS, "loss_mask_source": MASKS}, "pass one"),
+        ({"format": "maxtext", "labels_source": LABELS}, "format='maxtext' takes no"),
+        ({"format": "maxtext", "loss_mask_source": MASKS}, "format='maxtext' takes no"),
+    ],
+)
+def test_label_option_conflicts(kwargs: dict[str, object], message: str) -> None:
+    with pytest.raises(ConfigError, match=message):
+        PackedCollator(SOURCE, MAX_SEQ_LEN, 0, **kwargs)  # type: ignore[arg-type]
+
+
+def test_an_id_outside_a_flat_labels_source_names_it() -> None:
+    collator = PackedCollator(SOURCE, MAX_SEQ_LEN, 0, labels_source=_flat(LABELS[:4]))
+    with pytest.raises(InputError, match=r"labels_source: sequence id 4 is outside"):
+        collator([[4]])
+
+
+# ---- truncate: the training side of `prepare --over-cap truncate` ---------------------------
+
+
+def test_truncate_keeps_the_first_max_seq_len_tokens_and_labels() -> None:
+    torch = pytest.importorskip("torch")
+    tokens = [list(range(100, 112)), [7, 8, 9]]  # 12 tokens (over the cap of 10), then 3
+    labels = [list(range(200, 212)), [-100, 8, 9]]
+    collate = PackedCollator(
+        tokens, 10, 0, format="padding_free", labels_source=labels, truncate=True
+    )
+    batch = collate([[0], [1]])
+    assert batch["input_ids"].tolist() == [[*range(100, 110), 7, 8, 9]]
+    assert batch["labels"].tolist() == [[-100, *range(201, 210), -100, 8, 9]]
+    assert batch["position_ids"].tolist() == [[*range(10), 0, 1, 2]]
+    assert torch.equal(batch["cu_seqlens"], torch.tensor([0, 10, 13], dtype=torch.int32))
+    # Without truncate the same bin is refused, naming the sequence and its length.
+    with pytest.raises(InputError, match=r"holds 12 tokens, more than max_seq_len=10"):
+        PackedCollator(tokens, 10, 0, format="padding_free")([[0]])
+    # A cut sequence still fills its bin: another sequence beside it does not fit.
+    with pytest.raises(InputError, match=r"holds 13 tokens, more than max_seq_len=10"):
+        collate([[0, 1]])
+
+
+@settings(max_examples=50, deadline=None)
+@given(
+    lengths=st.lists(st.integers(1, 30), min_size=1, max_size=8),
+    cap=st.integers(1, 30),
+    layout=st.sampled_from(["padded", "padding_free", "hf", "maxtext"]),
+)
+def test_truncate_gives_each_sequence_its_first_tokens(lengths, cap, layout) -> None:
+    if layout != "maxtext":
+        pytest.importorskip("torch")
+    sequences = [[1000 * (i + 1) + t for t in range(n)] for i, n in enumerate(lengths)]
+    batch = PackedCollator(sequences, cap, -1, format=layout, truncate=True)(
+        [[i] for i in range(len(lengths))]  # one sequence per bin: each fits once cut
+    )
+    key = "inputs" if layout == "maxtext" else "input_ids"
+    rows = np.asarray(batch[key])
+    flat = rows.reshape(-1)
+    got = [int(x) for x in flat if x != -1]
+    assert got == [t for s in sequences for t in s[:cap]]

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -226,3 +227,15 @@ def test_a_cap_given_for_a_prepared_directory_is_refused_not_ignored(prepared_di
     assert "--max-seq-len N[,N...]" in result.stderr and len(result.stderr.splitlines()) == 1
     # With max_seq_len values it is the cap of the packings compared, as before.
     assert StatsRequest([prepared_dir], max_seq_lens=[MAX_SEQ_LEN], max_seqs_per_bin=3).is_sweep
+
+
+def test_the_docstring_documents_every_json_key() -> None:
+    import seqpack_cli.stats.describe as module
+
+    documented = module.__doc__ or ""
+    for mode, keys in JSON_SCHEMA.items():
+        for key in keys:
+            assert re.search(rf"\b{key}\b", documented), (mode, key)
+    # the attention figures' keys, nested under "attention"
+    for key in ("packed", "padded", "packed_vs_padded"):
+        assert f"{key}:" in documented, key

@@ -296,7 +296,7 @@ def test_prepare_lengths_past_int32(tmp_path: Path, kind: str, ids: list[str]) -
     common = ["prepare", data, "--length-column", "n", "-o", output, *ids]
     # Without --filter-over-cap: one line.
     line = _one_error_line(_invoke(*common, "--max-seq-len", LIMIT))
-    assert "4 sequences" in line and "--filter-over-cap" in line
+    assert "4 sequences" in line and "--over-cap drop" in line
     # A cap past the bound, which used to size tables by the longest length: one line.
     line = _one_error_line(_invoke(*common, "--max-seq-len", 2**40, "--filter-over-cap"))
     assert f"--max-seq-len {2**40} is over seqpack's limit of {LIMIT}" in line

@@ -89,6 +89,7 @@ def test_prepare_matches_the_numpy_oracle(
         "packer": "batched",
         "max_seqs_per_bin": None,
         "filter_over_cap": False,
+        "over_cap": "error",
     }
     assert [f["path"] for f in manifest["inputs"]["files"]] == [
         p.as_posix() for p in parquet_dataset.files
@@ -161,7 +162,7 @@ def test_over_cap_without_the_filter_is_an_error(
     longest = int(parquet_dataset.lengths.max())
     message = (
         rf"{num_over} sequences in length column 'num_tokens' are longer than max_seq_len 60 "
-        rf"\(the longest has {longest}\); pass filter_over_cap=True"
+        rf"\(the longest has {longest}\); pass over_cap=.drop."
     )
     with pytest.raises(InputError, match=message):
         prepare_dataset(_config(parquet_dataset, tmp_path / "out", max_seq_len=60))
@@ -188,7 +189,7 @@ def test_lengths_over_seqpacks_limit_do_not_ask_for_a_max_seq_len_that_is_refuse
     message = str(caught.value)
     assert message.startswith("2 sequences in length column 'n' are longer than max_seq_len 10")
     assert f"the longest has {2**40}, over seqpack's limit of 2147483647 tokens" in message
-    assert "no max_seq_len can hold it; pass filter_over_cap=True to drop them" in message
+    assert "no max_seq_len can hold it; pass over_cap='drop' to drop them" in message
     assert "raise max_seq_len" not in message and "\n" not in message
     assert _nothing_written(tmp_path / "out")
     # Filtered, they are dropped like any other over-long sequence.
@@ -217,7 +218,7 @@ def test_lengths_over_seqpacks_limit_on_the_command_line(tmp_path: Path) -> None
     assert len(lines) == 1 and "Traceback" not in result.stderr, result.stderr
     assert lines[0].startswith("error: 2 sequences in length column 'n' are longer than ")
     assert f"the longest has {2**40}, over seqpack's limit of 2147483647 tokens" in lines[0]
-    assert "no --max-seq-len can hold it; pass --filter-over-cap to drop them" in lines[0]
+    assert "no --max-seq-len can hold it; pass --over-cap drop to drop them" in lines[0]
     assert "raise --max-seq-len" not in lines[0]
     assert _nothing_written(tmp_path / "out")
 

@@ -15,12 +15,15 @@ from seqpack_cli.packing.bounds import LowerBound
 from seqpack_cli.packing.histogram import pack_length_histogram_batched
 from seqpack_cli.stats import PackingStats
 from seqpack_cli.stats.baselines import (
+    _shuffled_sample,
     estimate_sequential_packing,
     next_fit_num_bins,
     no_packing_stats,
 )
 from seqpack_cli.stats.distribution import (
+    CapCost,
     bucket_lengths,
+    cap_costs,
     linear_edges,
     power_of_two_edges,
     summarize_lengths,
@@ -150,6 +153,23 @@ def test_sequential_estimate_close_to_the_full_shuffle() -> None:
     # deterministic in the seed
     again = estimate_sequential_packing(histogram, 512, sample_size=20_000, seed=3)
     assert again == estimate
+
+
+def test_sequential_estimate_from_a_billion_sequences_and_more() -> None:
+    # numpy draws hypergeometric samples from fewer than 1e9 items: past that the sample is
+    # drawn by position (it used to raise ValueError from 1e9 kept sequences on).
+    equal = estimate_sequential_packing({3: 3 * 10**9}, 10, sample_size=9_999, seed=1)
+    assert equal.estimated and equal.num_simulated == 9_999
+    assert equal.num_bins == pytest.approx(10**9, abs=10**9 // 9_999 + 1)  # 3 a row
+    # half 1s, half 9s in random order: next-fit rows hold 9+1 or 1+...: between the bounds,
+    # and with the two lengths drawn in their proportions (about 5,000 of 10,000 each)
+    mixed = estimate_sequential_packing({1: 10**9, 9: 10**9}, 10, sample_size=10_000, seed=2)
+    assert 10**9 <= mixed.num_bins <= 2 * 10**9
+    for seed in range(3):
+        sample = _shuffled_sample(
+            np.array([1, 9]), np.array([10**9, 10**9]), sample_size=10_000, seed=seed
+        )
+        assert sample.size == 10_000 and abs(int((sample == 1).sum()) - 5_000) < 250
 
 
 def test_no_packing_leaves_out_lengths_over_the_cap() -> None:
@@ -299,3 +319,149 @@ def test_profile_bound_uses_the_cap_of_the_packing() -> None:
     assert capped.to_dict()["lower_bound_by"] == {"volume": 2, "size": 2, "number": 3}
     with pytest.raises(InputError, match="holds 4 sequences, more than max_seqs_per_bin 3"):
         profile_packing({1: 12}, templates, 10, sample_size=10, max_seqs_per_bin=3)
+
+
+# ---- what a cap costs: tokens dropped or truncated, attention against padded rows ----------
+
+
+def _cap_cost_oracle(histogram: dict[int, int], cap: int) -> CapCost:
+    """Brute force: one Python loop over the sequences themselves (small histograms only)."""
+    sequences = [length for length, count in histogram.items() for _ in range(count)]
+    over = [length for length in sequences if length > cap]
+    fit = [length for length in sequences if length <= cap]
+    return CapCost(
+        max_seq_len=cap,
+        num_sequences=len(sequences),
+        num_tokens=sum(sequences),
+        num_over_cap=len(over),
+        num_tokens_over_cap=sum(over),
+        num_tokens_truncated=sum(length - cap for length in over),
+        attention_packed=sum(length * length for length in fit),
+        attention_padded=len(fit) * cap * cap,
+    )
+
+
+def _cap_cost_by_entry(histogram: dict[int, int], cap: int) -> CapCost:
+    """The same with Python ints per distinct length: exact for counts of any size."""
+    over = {length: count for length, count in histogram.items() if length > cap}
+    fit = {length: count for length, count in histogram.items() if length <= cap}
+    return CapCost(
+        max_seq_len=cap,
+        num_sequences=sum(histogram.values()),
+        num_tokens=sum(length * count for length, count in histogram.items()),
+        num_over_cap=sum(over.values()),
+        num_tokens_over_cap=sum(length * count for length, count in over.items()),
+        num_tokens_truncated=sum((length - cap) * count for length, count in over.items()),
+        attention_packed=sum(length * length * count for length, count in fit.items()),
+        attention_padded=sum(fit.values()) * cap * cap,
+    )
+
+
+def test_cap_costs_golden_small_dataset() -> None:
+    # SMALL: lengths 3,3 | 5,5,5 | 7 | 12 (7 sequences, 40 tokens)
+    at6, at10, at16 = cap_costs(SMALL, [6, 10, 16])
+    # at 6: 7 and 12 are over: 19 tokens lost if dropped, 1 + 6 = 7 cut if truncated;
+    # the five that fit attend to 9+9+25+25+25 = 93 query-key pairs, padded rows to 5 * 36.
+    assert (at6.num_over_cap, at6.num_tokens_over_cap, at6.num_tokens_truncated) == (2, 19, 7)
+    assert (at6.attention_packed, at6.attention_padded) == (93, 180)
+    assert at6.share_over_cap == pytest.approx(2 / 7)
+    assert at6.share_tokens_over_cap == pytest.approx(19 / 40)
+    assert at6.share_tokens_truncated == pytest.approx(7 / 40)
+    assert at6.attention_vs_padded == pytest.approx(93 / 180)
+    # at 10: only 12 is over (2 cut if truncated); 93 + 49 = 142 against 6 * 100
+    assert (at10.num_over_cap, at10.num_tokens_over_cap, at10.num_tokens_truncated) == (1, 12, 2)
+    assert (at10.attention_packed, at10.attention_padded) == (142, 600)
+    # at 16: nothing over; 142 + 144 = 286 against 7 * 256
+    assert (at16.num_over_cap, at16.num_tokens_truncated, at16.attention_packed) == (0, 0, 286)
+    assert at16.attention_padded == 7 * 256
+    # in the order given, and nothing fits: no attention, a 0.0 ratio rather than a division
+    (none,) = cap_costs({100: 5}, [10])
+    assert (none.attention_packed, none.attention_padded, none.attention_vs_padded) == (0, 0, 0.0)
+    assert none.share_tokens_truncated == pytest.approx(450 / 500)
+
+
+def test_sweep_rows_carry_the_cap_costs() -> None:
+    result = sweep_max_seq_len(SMALL, [6, 10, 16], sample_size=100)
+    for row, cost in zip(result.rows, cap_costs(SMALL, [6, 10, 16]), strict=True):
+        assert row.cost == cost
+        assert (row.num_over_cap, row.num_tokens_over_cap) == (
+            cost.num_over_cap,
+            cost.num_tokens_over_cap,
+        )
+        document = row.to_dict()
+        assert document["share_over_cap"] == cost.share_over_cap
+        assert document["share_tokens_over_cap"] == cost.share_tokens_over_cap
+        assert document["num_tokens_truncated"] == cost.num_tokens_truncated
+        assert document["share_tokens_truncated"] == cost.share_tokens_truncated
+        assert document["attention"] == {
+            "packed": cost.attention_packed,
+            "padded": cost.attention_padded,
+            "packed_vs_padded": cost.attention_vs_padded,
+        }
+        # padded rows are the no-packing baseline's rows, each max_seq_len wide
+        assert cost.attention_padded == row.no_packing.num_bins * row.max_seq_len**2
+
+
+_small_histograms = st.dictionaries(st.integers(1, 60), st.integers(0, 6), max_size=12).filter(
+    lambda histogram: any(histogram.values())
+)
+
+
+@settings(max_examples=150, deadline=None)
+@given(_small_histograms, st.lists(st.integers(1, 80), min_size=1, max_size=5))
+def test_cap_costs_match_a_brute_force_oracle(histogram: dict[int, int], caps: list[int]) -> None:
+    assert cap_costs(histogram, caps) == [_cap_cost_oracle(histogram, cap) for cap in caps]
+
+
+@settings(max_examples=40, deadline=None)
+@given(_small_histograms, st.integers(8, 80))
+def test_attention_is_the_sum_over_seqpacks_rows(histogram: dict[int, int], cap: int) -> None:
+    # Summed over the rows seqpack packs (each sequence attending only within itself), the
+    # attention is the histogram's sum of length**2 over the sequences that fit, exactly.
+    (row,) = sweep_max_seq_len(histogram, [cap], sample_size=50).rows
+    fit = {length: count for length, count in histogram.items() if length <= cap}
+    templates = pack_length_histogram_batched(fit, cap)
+    by_rows = sum(count * sum(length * length for length in t) for t, count in templates.items())
+    assert row.cost.attention_packed == by_rows
+    assert row.cost.attention_padded == sum(fit.values()) * cap * cap
+
+
+@settings(max_examples=100, deadline=None)
+@given(
+    st.dictionaries(
+        st.one_of(st.integers(1, 2**31 - 1), st.integers(2**31, 2**64 - 1)),
+        st.integers(0, 2**40),
+        min_size=1,
+        max_size=8,
+    ).filter(lambda histogram: any(histogram.values())),
+    st.lists(st.integers(1, 2**31 - 1), min_size=1, max_size=4),
+)
+def test_cap_costs_are_exact_past_int64(histogram: dict[int, int], caps: list[int]) -> None:
+    # Counts up to 2**40 and lengths past int64: the sums need Python ints; int64 would wrap.
+    assert cap_costs(histogram, caps) == [_cap_cost_by_entry(histogram, cap) for cap in caps]
+
+
+def test_cap_costs_on_both_sides_of_the_int64_bound() -> None:
+    longest = 2**31 - 1
+    # 2 * longest**2 < 2**63: summed in int64; one sequence more and the bound is past 2**63
+    # (Python ints); 4 * longest**2 > 2**64 would wrap twice in int64.
+    for histogram in ({longest: 2}, {longest: 2, 1: 1}, {longest: 4}, {longest: 3, 2: 2**62}):
+        (cost,) = cap_costs(histogram, [longest])
+        assert cost == _cap_cost_by_entry(histogram, longest), histogram
+    assert cap_costs({longest: 4}, [longest])[0].attention_packed == 4 * longest**2
+
+
+def test_cap_costs_of_a_billion_sequences_are_exact_and_fast() -> None:
+    import time
+
+    rng = np.random.default_rng(0)
+    lengths = np.maximum(1, rng.lognormal(6.5, 1.0, 1_000_000)).astype(np.int64)
+    values, counts = np.unique(lengths, return_counts=True)
+    histogram = dict(zip(values.tolist(), (counts * 1000).tolist(), strict=True))  # 1e9
+    caps = [1024, 2048, 4096, 8192, 65536, 2**31 - 1]
+    start = time.perf_counter()
+    costs = cap_costs(histogram, caps)
+    elapsed = time.perf_counter() - start
+    assert costs == [_cap_cost_by_entry(histogram, cap) for cap in caps]
+    assert costs[0].num_sequences == 10**9
+    assert elapsed < 1.0, elapsed  # ~0.01 s: O(distinct lengths), not O(sequences)

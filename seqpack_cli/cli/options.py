@@ -27,7 +27,9 @@ __all__ = [
 LengthColumnOption = Annotated[
     str,
     typer.Option(
-        "--length-column", help="Parquet column holding each sequence's length in tokens."
+        "--length-column",
+        help="Parquet column holding each sequence's length in tokens, or its token ids (a list "
+        "column such as input_ids: the length is the number of elements).",
     ),
 ]
 MaxSeqLenOption = Annotated[

@@ -40,13 +40,21 @@ def _render_prepare(summary: dict[str, Any]) -> None:
     table.add_column()
     inputs = summary["inputs"]
     table.add_row("inputs", f"{inputs['num_files']:,} files, {inputs['num_rows']:,} rows")
-    dropped = summary["num_dropped"]
-    table.add_row(
-        "sequences",
-        f"{summary['num_sequences']:,}"
-        + (f" ({dropped:,} over --max-seq-len dropped)" if dropped else ""),
+    dropped, truncated = summary["num_dropped"], summary.get("num_truncated", 0)
+    over = (
+        f" ({dropped:,} over --max-seq-len dropped)"
+        if dropped
+        else f" ({truncated:,} over --max-seq-len truncated to it)"
+        if truncated
+        else ""
     )
-    table.add_row("tokens", f"{summary['num_tokens']:,}")
+    table.add_row("sequences", f"{summary['num_sequences']:,}{over}")
+    lost = summary.get("num_tokens_dropped", 0) + summary.get("num_tokens_truncated", 0)
+    table.add_row(
+        "tokens",
+        f"{summary['num_tokens']:,}"
+        + (f" ({lost:,} of the inputs' {summary['num_input_tokens']:,} left out)" if lost else ""),
+    )
     table.add_row(
         "lengths",
         f"{summary['num_distinct_lengths']:,} distinct, "
@@ -82,12 +90,23 @@ def prepare(
             help="Integer column of unique sequence ids (default: the global row index).",
         ),
     ] = None,
+    over_cap: Annotated[
+        str | None,
+        typer.Option(
+            "--over-cap",
+            metavar="error|drop|truncate",
+            help="Sequences longer than --max-seq-len: error (the default) stops the job, drop "
+            "leaves them out, truncate keeps their first --max-seq-len tokens (counted in the "
+            "manifest either way).",
+            show_default=False,
+        ),
+    ] = None,
     filter_over_cap: Annotated[
         bool,
         typer.Option(
             "--filter-over-cap",
             help="Drop sequences longer than --max-seq-len (counted in the manifest) instead "
-            "of failing.",
+            "of failing: --over-cap drop.",
         ),
     ] = False,
     packer: PackerOption = Packer.batched,
@@ -112,6 +131,7 @@ def prepare(
         output=output,
         id_column=id_column,
         filter_over_cap=filter_over_cap,
+        over_cap=over_cap,
         packer=packer.value,
         max_seqs_per_bin=max_seqs_per_bin,
         threads=threads,

@@ -176,8 +176,10 @@ def stats(
     `seqpack stats PREPARED_DIR` shows its PackingStats against packing without seqpack, the
     length histogram, bin fullness, sequences per bin and the most common templates.
     `seqpack stats INPUT... --length-column NAME --max-seq-len 1024,2048,4096` reads only the
-    length column and shows, per max_seq_len, the sequences over the cap (dropped; the rest are
-    packed), seqpack's bins and efficiency, and the same for packing without seqpack.
+    length column and shows, per max_seq_len, what the cap costs (the sequences over it, the
+    tokens lost if they are dropped or cut if they are truncated, and the attention FLOPs of
+    packed rows against padded ones), then seqpack's bins and efficiency on the sequences that
+    fit, next to packing without seqpack.
     """
     candidates = _parse_max_seq_lens(max_seq_len or [])
     _check_stray_numbers(inputs)

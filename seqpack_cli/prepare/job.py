@@ -3,7 +3,6 @@
 Read the footers (row counts, schema checks), take the length histogram (bad lengths refused
 before any heavy work), pack it into templates, stream (length, id) once into the pools, and
 write everything atomically. Then `load_prepared` opens it at training time.
-
 """
 
 from __future__ import annotations
@@ -14,20 +13,13 @@ import os
 import time
 from collections import Counter
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from seqpack_cli import __version__
-from seqpack_cli.checks import (
-    MAX_SEQ_LEN_LIMIT,
-    check_int,
-    check_max_seq_len,
-    check_max_seqs_per_bin,
-)
+from seqpack_cli.checks import MAX_SEQ_LEN_LIMIT
 from seqpack_cli.errors import ConfigError, InputError, option
-from seqpack_cli.interrupts import signals_held
-from seqpack_cli.prepare.pools.tuning import PoolTuning
+from seqpack_cli.prepare.config import OVER_CAP, PACKERS, PrepareConfig, over_cap_option
 from seqpack_cli.prepared import (
     COUNTS_NAME,
     FORMAT_NAME,
@@ -45,79 +37,16 @@ from seqpack_cli.prepared import (
 )
 from seqpack_cli.progress import ProgressCallback
 
-__all__ = ["PACKERS", "PrepareConfig", "load_prepared", "prepare_dataset", "prepare_summary"]
+__all__ = [
+    "OVER_CAP",
+    "PACKERS",
+    "PrepareConfig",
+    "load_prepared",
+    "prepare_dataset",
+    "prepare_summary",
+]
 
 logger = logging.getLogger(__name__)
-
-PACKERS = ("batched", "per-item")
-
-
-def _column_name(value: Any, field: str) -> str:
-    if not isinstance(value, str) or not value:
-        raise ConfigError(f"{option(field)} is {value!r}; expected a column name")
-    return value
-
-
-@dataclass(frozen=True)
-class PrepareConfig:
-    """Everything `prepare_dataset` needs; fields are the CLI options in snake case.
-
-    Validated on construction (`ConfigError` naming the option and the fix).
-    """
-
-    inputs: Sequence[str | os.PathLike[str]]
-    length_column: str
-    max_seq_len: int
-    output: str | os.PathLike[str]
-    id_column: str | None = None
-    filter_over_cap: bool = False
-    packer: str = "batched"
-    max_seqs_per_bin: int | None = None
-    threads: int | None = None
-    memory_limit: str | None = None
-    temp_dir: str | os.PathLike[str] | None = None
-    overwrite: bool = False
-    tuning: PoolTuning = field(default_factory=PoolTuning)
-    """The sizes the pools pass works in (not a CLI option): tests shrink them."""
-
-    def __post_init__(self) -> None:
-        with signals_held():  # the first import of DuckDB, which a signal must not cut short
-            from seqpack_cli.prepare.scan import check_memory_limit, check_temp_dir
-
-        inputs = self.inputs
-        if isinstance(inputs, (str, os.PathLike)):
-            inputs = [inputs]
-        inputs = tuple(os.fspath(item) for item in inputs)
-        if not inputs:
-            raise ConfigError("no inputs given; pass parquet files, globs or directories")
-        object.__setattr__(self, "inputs", inputs)
-        _column_name(self.length_column, "length_column")
-        if self.id_column is not None:
-            _column_name(self.id_column, "id_column")
-        object.__setattr__(self, "max_seq_len", check_max_seq_len(self.max_seq_len))
-        object.__setattr__(self, "max_seqs_per_bin", check_max_seqs_per_bin(self.max_seqs_per_bin))
-        packer = self.packer.replace("_", "-") if isinstance(self.packer, str) else self.packer
-        if packer not in PACKERS:
-            raise ConfigError(
-                f"{option('packer')} is {self.packer!r}; expected one of {', '.join(PACKERS)}"
-            )
-        object.__setattr__(self, "packer", packer)
-        if self.threads is not None:
-            check_int(
-                option("threads"),
-                self.threads,
-                minimum=1,
-                expected="an integer >= 1, or leave it unset to use every core",
-            )
-        if not isinstance(self.tuning, PoolTuning):
-            raise ConfigError(f"tuning is {self.tuning!r}; expected a PoolTuning")
-        if self.memory_limit is not None:
-            object.__setattr__(self, "memory_limit", check_memory_limit(self.memory_limit))
-        object.__setattr__(self, "output", Path(os.path.abspath(self.output)))
-        if self.temp_dir is not None:
-            object.__setattr__(self, "temp_dir", check_temp_dir(self.temp_dir))
-        object.__setattr__(self, "filter_over_cap", bool(self.filter_over_cap))
-        object.__setattr__(self, "overwrite", bool(self.overwrite))
 
 
 def _pack(counts: Mapping[int, int], config: PrepareConfig) -> Counter[tuple[int, ...]]:
@@ -127,26 +56,39 @@ def _pack(counts: Mapping[int, int], config: PrepareConfig) -> Counter[tuple[int
     return packer(counts, config.max_seq_len, max_seqs_per_bin=config.max_seqs_per_bin)
 
 
-def _split_over_cap(
+def _apply_over_cap(
     histogram: Mapping[int, int], config: PrepareConfig
-) -> tuple[dict[int, int], int]:
-    kept = {length: count for length, count in histogram.items() if length <= config.max_seq_len}
-    num_over = sum(histogram.values()) - sum(kept.values())
-    if num_over and not config.filter_over_cap:
-        longest = max(histogram)
-        drop = f"pass {option('filter_over_cap', python='filter_over_cap=True')} to drop them"
+) -> tuple[dict[int, int], dict[str, int]]:
+    """The lengths to pack under `config.over_cap`, and the summary's (exact) counts of it:
+    `num_over_cap` sequences over max_seq_len hold `num_tokens_over_cap` tokens (as `seqpack
+    stats` counts them); `num_input_tokens` = `num_tokens` + `num_tokens_dropped` (drop: all
+    their tokens) + `num_tokens_truncated` (truncate: their tokens past max_seq_len)."""
+    cap = config.max_seq_len
+    kept = {length: count for length, count in histogram.items() if length <= cap}
+    over = {length: count for length, count in histogram.items() if length > cap}
+    num_over = sum(over.values())
+    if num_over and config.over_cap == "error":
+        longest = max(over)
+        what = (
+            f"{num_over} sequences in length column {config.length_column!r} are longer than "
+            f"{option('max_seq_len')} {cap}"
+        )
+        drop = (
+            f"pass {over_cap_option('drop')} to drop them or "
+            f"{over_cap_option('truncate')} to keep their first {cap} tokens"
+        )
         if longest > MAX_SEQ_LEN_LIMIT:  # no max_seq_len is allowed to hold it
             raise InputError(
-                f"{num_over} sequences in length column {config.length_column!r} are longer "
-                f"than {option('max_seq_len')} {config.max_seq_len}, and the longest has "
-                f"{longest}, over seqpack's limit of {MAX_SEQ_LEN_LIMIT} tokens, so no "
-                f"{option('max_seq_len')} can hold it; {drop}, or fix the lengths in the data"
+                f"{what}, and the longest has {longest}, over seqpack's limit of "
+                f"{MAX_SEQ_LEN_LIMIT} tokens, so no {option('max_seq_len')} can hold it; {drop}, "
+                "or fix the lengths in the data"
             )
         raise InputError(
-            f"{num_over} sequences in length column {config.length_column!r} are longer than "
-            f"{option('max_seq_len')} {config.max_seq_len} (the longest has {longest}); "
-            f"{drop}, or raise {option('max_seq_len')} to {longest}"
+            f"{what} (the longest has {longest}); {drop}, or raise {option('max_seq_len')} to "
+            f"{longest}"
         )
+    if num_over and config.over_cap == "truncate":
+        kept[cap] = kept.get(cap, 0) + num_over
     if not kept:
         shortest = min(histogram)
         fix = f"raise {option('max_seq_len')}"
@@ -156,11 +98,21 @@ def _split_over_cap(
                 f"no {option('max_seq_len')} can hold it: fix the lengths in the data"
             )
         raise InputError(
-            f"all {num_over} sequences are longer than {option('max_seq_len')} "
-            f"{config.max_seq_len} (the shortest has {shortest}), so nothing is left to "
-            f"pack; {fix}"
+            f"all {num_over} sequences are longer than {option('max_seq_len')} {cap} (the "
+            f"shortest has {shortest}), so nothing is left to pack; {fix}, or pass "
+            f"{over_cap_option('truncate')} to keep their first {cap} tokens"
         )
-    return kept, num_over
+    over_tokens = sum(length * count for length, count in over.items())
+    dropped = config.over_cap == "drop"
+    return dict(sorted(kept.items())), {
+        "num_input_tokens": sum(length * count for length, count in histogram.items()),
+        "num_over_cap": num_over,
+        "num_tokens_over_cap": over_tokens,
+        "num_dropped": num_over if dropped else 0,
+        "num_tokens_dropped": over_tokens if dropped else 0,
+        "num_truncated": 0 if dropped else num_over,
+        "num_tokens_truncated": 0 if dropped else over_tokens - cap * num_over,
+    }
 
 
 def _manifest(
@@ -169,10 +121,9 @@ def _manifest(
     kept: Mapping[int, int],
     templates: Mapping[tuple[int, ...], int],
     stats: Any,
-    num_over: int,
+    over_cap: Mapping[str, int],
     id_range: tuple[int | None, int | None],
 ) -> dict[str, Any]:
-    stats_dict = stats.to_dict()
     summary = {
         "num_input_rows": sum(file.num_rows for file in files),
         "num_sequences": stats.num_sequences,
@@ -184,8 +135,8 @@ def _manifest(
         "num_templates": len(templates),
         "min_length": min(kept),
         "max_length": max(kept),
-        "num_dropped": num_over,
-        "dropped": {"over_max_seq_len": num_over},
+        **over_cap,
+        "dropped": {"over_max_seq_len": over_cap["num_dropped"]},
         "id_min": id_range[0],
         "id_max": id_range[1],
     }
@@ -206,6 +157,7 @@ def _manifest(
             "packer": config.packer,
             "max_seqs_per_bin": config.max_seqs_per_bin,
             "filter_over_cap": config.filter_over_cap,
+            "over_cap": config.over_cap,
         },
         "inputs": {
             "num_files": len(files),
@@ -217,7 +169,7 @@ def _manifest(
             ],
         },
         "summary": summary,
-        "stats": stats_dict,
+        "stats": stats.to_dict(),
     }
 
 
@@ -291,7 +243,7 @@ def prepare_dataset(config: PrepareConfig, *, progress: ProgressCallback | None 
                 len(histogram),
                 time.perf_counter() - started,
             )
-            kept, num_over = _split_over_cap(histogram, config)
+            kept, over_cap = _apply_over_cap(histogram, config)
             writer.create_pool_files(kept)
             templates = _pack(kept, config)
             stats = PackingStats.from_templates(
@@ -316,6 +268,7 @@ def prepare_dataset(config: PrepareConfig, *, progress: ProgressCallback | None 
                 workers=config.threads,
                 progress=progress,
                 tuning=config.tuning,
+                truncate=config.over_cap == "truncate",
             )
         finally:
             close_connection(con)
@@ -323,7 +276,7 @@ def prepare_dataset(config: PrepareConfig, *, progress: ProgressCallback | None 
         writer.write_bytes(COUNTS_NAME, counts_to_json(kept))
         writer.write_bytes(TEMPLATES_NAME, templates_to_json(templates))
         id_range = (scanned.id_min, scanned.id_max)
-        writer.commit(_manifest(config, files, kept, templates, stats, num_over, id_range))
+        writer.commit(_manifest(config, files, kept, templates, stats, over_cap, id_range))
         # What was written, from memory: reading the output again would race with the next run
         # replacing it.
         counts = {int(length): int(kept[length]) for length in sorted(kept)}

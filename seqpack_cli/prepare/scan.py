@@ -4,6 +4,11 @@ The first pass (DESIGN.md decision 6): `length_histogram` is one cheap GROUP BY 
 column, and bad lengths (NULL, <= 0) are refused here, before any heavy work. The second pass,
 over (length, id), lives in `prepare.pools.engine` (`scan_pools`), which builds on this module.
 
+The length column holds integer token counts, or token lists (LIST / LARGE_LIST of integers,
+e.g. TRL-style `input_ids`): then a sequence's length is its number of elements, counted by
+DuckDB (`len`) in every query that reads lengths, through the `_of_lists` variant of its SQL
+(`length_query` names it). A NULL list is a NULL length and an empty list a length of 0.
+
 Inputs are resolved by `prepare.inputs` (`resolve_inputs`: files, globs, directories; nothing
 left out or counted twice without a word) and their footers checked here (`inspect_inputs`: row
 counts, schema, column types, names DuckDB could confuse) before DuckDB reads a row. The DuckDB
@@ -49,7 +54,9 @@ __all__ = [
     "duckdb_path",
     "first_line",
     "inspect_inputs",
+    "is_token_lists",
     "length_histogram",
+    "length_query",
     "load_sql",
     "location",
     "one_row",
@@ -68,7 +75,8 @@ class InputFile:
     """One parquet input, as its footer describes it.
 
     `column_types` are the DuckDB types of the columns `inspect_inputs` checked (the length
-    column, and the id column if any), as `read_params` binds them.
+    column, and the id column if any), as `read_params` binds them: a length column of token
+    lists has a list type such as `INTEGER[]`.
     """
 
     path: Path
@@ -94,9 +102,36 @@ def _ascii_lower(name: str) -> str:
     return "".join(char.lower() if char.isascii() else char for char in name)
 
 
+def _list_element(column_type: pa.DataType) -> pa.DataType | None:
+    """The element type of a (large, fixed-size) list type; None for any other type."""
+    if (
+        pa.types.is_list(column_type)
+        or pa.types.is_large_list(column_type)
+        or pa.types.is_fixed_size_list(column_type)
+    ):
+        return column_type.value_type
+    return None
+
+
+def _duckdb_type(column_type: pa.DataType, role: str) -> str | None:
+    """How `bound_schema` binds a column read in `role`; None for a type prepare cannot read.
+
+    Integers, and for the length column lists of integers (read as DuckDB lists, whose `len`
+    is the length).
+    """
+    if column_type in _DUCKDB_INTEGERS:
+        return _DUCKDB_INTEGERS[column_type]
+    element = _list_element(column_type) if role == "length" else None
+    if element is not None and element in _DUCKDB_INTEGERS:
+        return f"{_DUCKDB_INTEGERS[element]}[]"
+    return None
+
+
 def _check_column(
     path: Path, names: Sequence[str], types: Mapping[str, pa.DataType], column: str, role: str
-) -> None:
+) -> str:
+    """The column's DuckDB type (see `_duckdb_type`), or `InputError` saying why it cannot be
+    read."""
     flag = option(f"{role}_column")
     if column not in types:
         variants = [name for name in names if _ascii_lower(name) == _ascii_lower(column)]
@@ -115,13 +150,21 @@ def _check_column(
             "writing the parquet"
         )
     column_type = types[column]
-    if column_type not in _DUCKDB_INTEGERS:
-        expected = "integer token counts" if role == "length" else "unique integer ids"
+    duckdb_type = _duckdb_type(column_type, role)
+    if duckdb_type is not None:
+        return duckdb_type
+    if role == "length" and _list_element(column_type) is not None:
         raise InputError(
-            f"{role} column {column!r} ({flag}) in {path} holds {column_type} values; expected "
-            f"{expected}; cast the column to an integer type when writing the parquet, or name "
-            f"the right column with {flag}"
+            f"length column {column!r} ({flag}) in {path} holds {column_type} values; expected "
+            "integer token counts, or lists of integer token ids (each list's length is the "
+            f"sequence's): name the token-id or length column with {flag}"
         )
+    expected = "integer token counts" if role == "length" else "unique integer ids"
+    raise InputError(
+        f"{role} column {column!r} ({flag}) in {path} holds {column_type} values; expected "
+        f"{expected}; cast the column to an integer type when writing the parquet, or name "
+        f"the right column with {flag}"
+    )
 
 
 def _schema_difference(
@@ -142,7 +185,8 @@ def inspect_inputs(
     """Read every footer: row counts and sizes, and the checks that need no data.
 
     Raises `InputError` for a path that is not a regular file, a file that is not parquet (or is
-    truncated), a missing or non-integer length/id column (names match exactly), a column read
+    truncated), a missing length/id column (names match exactly), an id column that is not of
+    integers, a length column that is neither integers nor lists of integers, a column read
     that another column's name equals ignoring case (DuckDB could read either), and files whose
     schemas (names and types) disagree.
     """
@@ -178,10 +222,11 @@ def inspect_inputs(
                 "leave it out of the inputs or rewrite it as parquet"
             ) from None
         if reference is None:
-            for column, role in zip(read, ("length", "id"), strict=False):
-                _check_column(path, names, types, column, role)
+            column_types = tuple(
+                (column, _check_column(path, names, types, column, role))
+                for column, role in zip(read, ("length", "id"), strict=False)
+            )
             reference = (path, types)
-            column_types = tuple((name, _DUCKDB_INTEGERS[types[name]]) for name in read)
         elif types != reference[1]:
             difference = _schema_difference(types, reference[1], reference[0])
             raise InputError(
@@ -203,6 +248,18 @@ def location(files: Sequence[InputFile], file_index: int, row: int) -> str:
     return f"{files[file_index].path} at row {row} (0-based)"
 
 
+def is_token_lists(files: Sequence[InputFile], length_column: str) -> bool:
+    """Whether the length column holds token lists (its length is `len`), as checked by
+    `inspect_inputs`."""
+    return bool(files) and dict(files[0].column_types).get(length_column, "").endswith("[]")
+
+
+def length_query(files: Sequence[InputFile], length_column: str, name: str) -> str:
+    """The name of the SQL (`sql/{name}.sql`) that reads this length column: its `_of_lists`
+    variant for a column of token lists."""
+    return f"{name}_of_lists" if is_token_lists(files, length_column) else name
+
+
 def length_histogram(
     con: duckdb.DuckDBPyConnection,
     files: Sequence[InputFile],
@@ -210,14 +267,15 @@ def length_histogram(
     *,
     progress: ProgressCallback | None = None,
 ) -> dict[int, int]:
-    """`{length: count}` over all rows, ascending; `InputError` for NULL or non-positive lengths,
-    and for a row count that is not the footers' (inputs changed, or misread)."""
+    """`{length: count}` over all rows, ascending; `InputError` for NULL or non-positive lengths
+    (NULL or empty token lists), and for a row count that is not the footers' (inputs changed,
+    or misread)."""
     params = read_params(files, length_column)
     total_rows = sum(file.num_rows for file in files)
     try:
         rows = fetch_with_progress(
             con,
-            load_sql("length_histogram"),
+            load_sql(length_query(files, length_column, "length_histogram")),
             params,
             phase="histogram",
             total_rows=total_rows,
@@ -225,7 +283,8 @@ def length_histogram(
         )
         bad = sum(count for length, count in rows if length is None or length <= 0)
         if bad:
-            file_index, row, value = one_row(con, "first_bad_length", params)
+            first_bad = length_query(files, length_column, "first_bad_length")
+            file_index, row, value = one_row(con, first_bad, params)
     except duckdb.Error as error:
         raise read_error(error) from None
     num_read = sum(count for _, count in rows)
@@ -234,6 +293,13 @@ def length_histogram(
             f"DuckDB read {num_read} rows from the {len(files)} input files, whose footers count "
             f"{total_rows}; the inputs changed while they were read: run again once they are "
             "complete"
+        )
+    if bad and is_token_lists(files, length_column):
+        shown = "NULL" if value is None else "an empty list"
+        raise InputError(
+            f"length column {length_column!r} has {bad} NULL or empty token lists, the first "
+            f"({shown}) in {location(files, file_index, row)}; every sequence needs at least "
+            "one token: fix or drop those rows before prepare"
         )
     if bad:
         shown = "NULL" if value is None else str(value)
@@ -256,8 +322,9 @@ def scan_length_histogram(
 ) -> dict[int, int]:
     """The length histogram `{length: count}` of parquet files (see `resolve_inputs`).
 
-    Validates the column (exists in every file, integer type, no NULL / <= 0 values): an
-    `InputError` names the file, the column, the count and the first bad row.
+    Validates the column (exists in every file, integers or lists of integers, no NULL / <= 0
+    values, no NULL or empty lists): an `InputError` names the file, the column, the count and
+    the first bad row. A column of token lists counts each list's elements.
     """
     files = inspect_inputs(paths, length_column)
     con = connect(threads=threads, memory_limit=memory_limit, temp_dir=temp_dir)

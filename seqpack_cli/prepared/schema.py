@@ -238,6 +238,9 @@ def _all(*checks: _Check) -> _Check:
 
 
 _COUNT = _integer(0)
+# Token totals over the inputs (prepare's over-cap counts): a uint64 length column may hold
+# lengths past int64 (dropped or truncated, but counted exactly), so sums may pass int64.
+_TOKEN_TOTAL = _integer(0, 2**127)
 _MAX_SEQ_LEN = _integer(1, MAX_SEQ_LEN_LIMIT)
 _ID = _integer(-MAX_INT - 1, nullable=True)
 
@@ -261,6 +264,7 @@ _MANIFEST = _object(
                     "packer": (False, _string()),
                     "max_seqs_per_bin": (False, _integer(1, nullable=True)),
                     "filter_over_cap": (False, _boolean),
+                    "over_cap": (False, _string(choices=("error", "drop", "truncate"))),
                 }
             ),
         ),
@@ -302,8 +306,19 @@ _MANIFEST = _object(
                             "min_length",
                             "max_length",
                             "num_dropped",
+                            "num_over_cap",
+                            "num_truncated",
                         ),
                         (False, _COUNT),
+                    ),
+                    **dict.fromkeys(
+                        (
+                            "num_input_tokens",
+                            "num_tokens_over_cap",
+                            "num_tokens_dropped",
+                            "num_tokens_truncated",
+                        ),
+                        (False, _TOKEN_TOTAL),
                     ),
                     "efficiency": (False, _fraction),
                     "dropped": (False, _object_of(_COUNT)),

@@ -1,12 +1,13 @@
 """Reports on packings: the data `seqpack stats` prints, and how it is rendered.
 
 - `describe`: `StatsRequest` -> `describe()` -> `StatsReport`, whose `to_dict()` is `--json`;
-- `distribution`: the length histogram checked, summarised (`LengthSummary`) and bucketed;
+- `distribution`: the length histogram checked, summarised (`LengthSummary`) and bucketed, and
+  what a cap costs (`CapCost`: tokens dropped or truncated, attention against padded rows);
 - `baselines`: packing without seqpack (no packing; sequential next-fit on a seeded sample);
 - `profile`: one packing (a prepared directory) described (`PackingProfile`);
 - `sweep`: seqpack and both baselines at each candidate `max_seq_len` (`SweepResult`);
 - `render`: a `StatsReport` drawn, by mode: `report` (the terminal, rich) or `html` (the
-  self-contained `--html` page).
+  self-contained `--html` page, its charts drawn by `svg`).
 
 `PackingStats` is defined in `seqpack_cli.packing.efficiency` (the prepare job needs it, and it
 sits below the job) and is re-exported here under the reference's path, lazily: importing

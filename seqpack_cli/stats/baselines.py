@@ -60,6 +60,7 @@ SEQUENTIAL_DESCRIPTION = (
 )
 
 _NO_PACKING = "no_packing"
+_MARGINALS_LIMIT = 10**9  # numpy's multivariate_hypergeometric(method="marginals"): sum < 1e9
 _SEQUENTIAL = "sequential_random_order"
 
 
@@ -172,11 +173,19 @@ def _shuffled_sample(
     A uniformly random window of a shuffled dataset has exactly this distribution.
     """
     rng = np.random.default_rng(seed)
-    if int(counts.sum()) <= sample_size:
+    total = int(counts.sum())
+    if total <= sample_size:
         drawn = counts
-    else:
+    elif total < _MARGINALS_LIMIT:
         # "marginals" draws one hypergeometric count per length: O(distinct lengths) memory.
         drawn = rng.multivariate_hypergeometric(counts, sample_size, method="marginals")
+    else:
+        # numpy refuses "marginals" from 1e9 sequences on: draw `sample_size` distinct
+        # positions of the dataset sorted by length instead (O(sample) memory, as exact).
+        positions = rng.choice(total, sample_size, replace=False)
+        sample = lengths[np.searchsorted(np.cumsum(counts), positions, side="right")]
+        rng.shuffle(sample)
+        return sample
     sample = np.repeat(lengths, drawn)
     rng.shuffle(sample)
     return sample

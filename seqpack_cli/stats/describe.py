@@ -45,10 +45,29 @@ Sweep:
     length_histogram  as above (power-of-two ranges)
     sample_size, seed  as above
     max_seqs_per_bin  the per-bin sequence cap (null: none)
-    rows            one per max_seq_len, ascending: max_seq_len, num_over_cap,
-                    num_tokens_over_cap (sequences over the cap, dropped), seqpack
-                    (`PackingStats.to_dict()`), lower_bound_by, no_packing, sequential,
-                    bins_saved_vs_sequential (fraction of sequential's bins seqpack saves)
+    rows            one per max_seq_len, ascending:
+      max_seq_len             the candidate
+      num_over_cap            sequences longer than it (dropped from every packing below)
+      num_tokens_over_cap     their tokens: lost if they are dropped
+      share_over_cap          num_over_cap / all sequences
+      share_tokens_over_cap   num_tokens_over_cap / all tokens
+      num_tokens_truncated    sum of (length - max_seq_len) over them: cut if they are
+                              truncated to max_seq_len instead
+      share_tokens_truncated  num_tokens_truncated / all tokens
+      attention               the attention cost of the sequences that fit, in query-key
+                              pairs scored (FLOPs are proportional; causal halves both):
+                              {packed: the sum of length**2, each sequence attending only
+                              within itself (a varlen kernel; any packing of them, seqpack's
+                              or sequential, costs the same), padded: their number *
+                              max_seq_len**2 (no packing: one sequence per row, dense
+                              attention over the padded row), packed_vs_padded: packed /
+                              padded (0.0 when none fits)}
+      seqpack                 `PackingStats.to_dict()` of seqpack's packing
+      lower_bound_by          as above
+      no_packing, sequential  the baselines, as above
+      bins_saved_vs_sequential  fraction of sequential's bins seqpack saves
+
+Every count is an exact integer (Python ints: past 2**63 where the data is that large).
 
 Importing this module is cheap (no numpy, duckdb or rich): the CLI imports it at start-up.
 """
@@ -112,6 +131,11 @@ JSON_SCHEMA: Mapping[str, tuple[str, ...]] = {
         "max_seq_len",
         "num_over_cap",
         "num_tokens_over_cap",
+        "share_over_cap",
+        "share_tokens_over_cap",
+        "num_tokens_truncated",
+        "share_tokens_truncated",
+        "attention",
         "seqpack",
         "lower_bound_by",
         "no_packing",

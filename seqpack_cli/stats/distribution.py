@@ -5,6 +5,12 @@ number of distinct lengths, not of sequences. `histogram_arrays` is the one plac
 checked (`InputError` for a bad length or count); the baselines (`seqpack_cli.stats.baselines`),
 the packing profile (`seqpack_cli.stats.profile`) and the sweep (`seqpack_cli.stats.sweep`) all
 read their histograms through it.
+
+`cap_costs` gives what a cap costs, per candidate `max_seq_len`: the sequences over it, the
+tokens lost if they are dropped and cut if they are truncated, and the attention of the
+sequences that fit (packed, each attending only within itself) against padded rows. It reads
+exact prefix sums of the histogram (int64 where the totals provably fit, Python ints otherwise),
+so it costs O(distinct lengths) once, then O(log) per candidate, at any number of sequences.
 """
 
 from __future__ import annotations
@@ -16,13 +22,16 @@ from typing import Any
 
 import numpy as np
 
-from seqpack_cli.checks import MAX_SEQ_LEN_LIMIT, check_int
+from seqpack_cli.checks import MAX_SEQ_LEN_LIMIT, check_int, check_max_seq_len
 from seqpack_cli.errors import InputError
 
 __all__ = [
     "Bucket",
+    "CapCost",
     "LengthSummary",
     "bucket_lengths",
+    "cap_costs",
+    "cap_costs_of_arrays",
     "histogram_arrays",
     "linear_edges",
     "power_of_two_edges",
@@ -170,3 +179,110 @@ def bucket_lengths(length_counts: Mapping[int, int], upper_edges: Sequence[int])
         high = int(lengths[-1])
         buckets.append(Bucket(f"{low:,}–{high:,}", low, high, int(counts[beyond].sum())))
     return buckets
+
+
+_INT64_MAX = 2**63 - 1
+
+
+@dataclass(frozen=True)
+class CapCost:
+    """What cutting the lengths at `max_seq_len` costs, exactly (Python ints, any size).
+
+    Sequences longer than `max_seq_len` are either dropped (all `num_tokens_over_cap` of their
+    tokens lost) or truncated to `max_seq_len` (`num_tokens_truncated` = the sum of
+    `length - max_seq_len` over them cut). Attention is counted in query-key pairs (its FLOPs
+    are proportional) on the sequences that fit: `attention_packed` = the sum of `length**2`,
+    each sequence attending only within itself (a varlen kernel, e.g. flash-attn's cu_seqlens),
+    whatever packing holds them; `attention_padded` = their number times `max_seq_len**2`, one
+    sequence per row padded to `max_seq_len` with dense attention. Causal attention halves both.
+    """
+
+    max_seq_len: int
+    num_sequences: int  # all of them, over the cap or not
+    num_tokens: int
+    num_over_cap: int
+    num_tokens_over_cap: int  # lost if the sequences over the cap are dropped
+    num_tokens_truncated: int  # cut if they are truncated to max_seq_len
+    attention_packed: int  # sum of length**2 over the sequences that fit
+    attention_padded: int  # (sequences that fit) * max_seq_len**2
+
+    @property
+    def share_over_cap(self) -> float:
+        """Share of all sequences that are longer than `max_seq_len`."""
+        return self.num_over_cap / self.num_sequences if self.num_sequences else 0.0
+
+    @property
+    def share_tokens_over_cap(self) -> float:
+        """Share of all tokens lost if the sequences over the cap are dropped."""
+        return self.num_tokens_over_cap / self.num_tokens if self.num_tokens else 0.0
+
+    @property
+    def share_tokens_truncated(self) -> float:
+        """Share of all tokens cut if the sequences over the cap are truncated."""
+        return self.num_tokens_truncated / self.num_tokens if self.num_tokens else 0.0
+
+    @property
+    def attention_vs_padded(self) -> float:
+        """Attention of the packed sequences over that of padded rows (0.0 when none fits)."""
+        return self.attention_packed / self.attention_padded if self.attention_padded else 0.0
+
+
+def _exact_prefix_sums(
+    values: np.ndarray, weights: np.ndarray, power: int, bound: int
+) -> np.ndarray:
+    """[0, s1, s1 + s2, ...] with s_i = values[i]**power * weights[i], exactly: in int64 when
+    `bound` (at least every partial sum; all terms are non-negative) fits, else in Python ints
+    (an object array, ~0.3 s per million distinct lengths)."""
+    dtype: Any = np.int64 if bound <= _INT64_MAX else object
+    terms = values.astype(dtype) ** power * weights.astype(dtype)
+    sums = np.zeros(terms.size + 1, dtype=dtype)
+    np.cumsum(terms, out=sums[1:])
+    return sums
+
+
+def cap_costs(length_counts: Mapping[int, int], max_seq_lens: Sequence[int]) -> list[CapCost]:
+    """`CapCost` at each of `max_seq_lens` (in the order given), exactly, from the histogram.
+
+    Three prefix sums over the ascending lengths (of counts, lengths and squared lengths), each
+    in int64 only where a bound on its total fits, then a binary search per cap: 1e9 sequences,
+    or lengths past int64, stay exact and cost O(distinct lengths).
+    """
+    lengths, counts = histogram_arrays(length_counts)
+    require_sequences(lengths)
+    return cap_costs_of_arrays(lengths, counts, max_seq_lens)
+
+
+def cap_costs_of_arrays(
+    lengths: np.ndarray, counts: np.ndarray, max_seq_lens: Sequence[int]
+) -> list[CapCost]:
+    """`cap_costs` on the (lengths, counts) arrays of `histogram_arrays`, not empty."""
+    caps = [check_max_seq_len(cap) for cap in max_seq_lens]
+    ones = np.ones_like(counts)
+    sequences = _exact_prefix_sums(ones, counts, 1, int(counts.max()) * int(counts.size))
+    num_sequences = int(sequences[-1])
+    tokens = _exact_prefix_sums(lengths, counts, 1, int(lengths[-1]) * num_sequences)
+    num_tokens = int(tokens[-1])
+    # Squared lengths only up to the largest cap (<= MAX_SEQ_LEN_LIMIT): no longer one fits.
+    fits = int(np.searchsorted(lengths, max(caps, default=0), side="right"))
+    longest_fit = int(lengths[fits - 1]) if fits else 0
+    squares = _exact_prefix_sums(
+        lengths[:fits], counts[:fits], 2, longest_fit * longest_fit * num_sequences
+    )
+    costs: list[CapCost] = []
+    for cap in caps:
+        index = int(np.searchsorted(lengths, cap, side="right"))
+        num_fit = int(sequences[index])
+        num_over, tokens_over = num_sequences - num_fit, num_tokens - int(tokens[index])
+        costs.append(
+            CapCost(
+                max_seq_len=cap,
+                num_sequences=num_sequences,
+                num_tokens=num_tokens,
+                num_over_cap=num_over,
+                num_tokens_over_cap=tokens_over,
+                num_tokens_truncated=tokens_over - cap * num_over,
+                attention_packed=int(squares[index]),
+                attention_padded=num_fit * cap * cap,
+            )
+        )
+    return costs

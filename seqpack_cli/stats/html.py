@@ -20,7 +20,6 @@ from seqpack_cli.stats.baselines import (
     SEQUENTIAL_DESCRIPTION,
     BaselineStats,
 )
-from seqpack_cli.stats.distribution import Bucket
 from seqpack_cli.stats.profile import PackingProfile
 from seqpack_cli.stats.report import (
     efficiency_style,
@@ -29,11 +28,17 @@ from seqpack_cli.stats.report import (
     profile_figures,
     template_cells,
 )
+from seqpack_cli.stats.svg import axis_top, bar_chart, grouped_chart
 from seqpack_cli.stats.sweep import SweepResult
 
 __all__ = ["render_profile_html", "render_sweep_html", "write_html_report"]
 
 _SERIES = (("seqpack", "#1f6feb"), ("sequential", "#8c959f"), ("no packing", "#d0d7de"))
+_COST_SERIES = (
+    ("sequences over the cap", "#8c959f"),
+    ("tokens lost if dropped", "#c62828"),
+    ("tokens cut if truncated", "#f0883e"),
+)
 
 _CSS = """
 body { font: 14px/1.45 system-ui, sans-serif; margin: 2em auto; max-width: 1000px; color: #1f2328;
@@ -45,6 +50,7 @@ th { background: #f6f8fa; } td.l, th.l { text-align: left; }
 .note { color: #57606a; font-size: .9em; max-width: 60em; }
 .green { color: #2e7d32; font-weight: 600; } .yellow { color: #b7791f; font-weight: 600; }
 .red { color: #c62828; font-weight: 600; }
+.wide { overflow-x: auto; }
 svg { max-width: 100%; height: auto; }
 svg text { font: 12px system-ui, sans-serif; fill: #1f2328; }
 """
@@ -65,80 +71,41 @@ def _table(headers: Sequence[str], rows: Sequence[Sequence[str]], *, left: int =
         for i, h in enumerate(headers)
     )
     body = "".join(f"<tr>{''.join(row)}</tr>" for row in rows)
-    return f"<table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
+    table = f"<table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
+    return f'<div class="wide">{table}</div>'  # scrolls sideways, never cut off
 
 
 def _td(value: object, *, left: bool = False) -> str:
     return f'<td class="l">{_e(value)}</td>' if left else f"<td>{_e(value)}</td>"
 
 
-def _svg_bars(buckets: Sequence[Bucket], unit: str, title: str) -> str:
-    """Horizontal bar chart: one bar per bucket, scaled to the largest, labelled with its count."""
-    row_height, label_width, bar_width, value_width = 22, 120, 520, 190
-    width = label_width + bar_width + value_width
-    height = row_height * max(1, len(buckets)) + 8
-    total = sum(bucket.count for bucket in buckets)
-    largest = max((bucket.count for bucket in buckets), default=0)
-    parts = [
-        f'<svg role="img" width="{width}" height="{height}" viewBox="0 0 {width} {height}">',
-        f"<title>{_e(title)}</title>",
-    ]
-    for i, bucket in enumerate(buckets):
-        y = 4 + i * row_height
-        length = bar_width * bucket.count / largest if largest else 0.0
-        length = max(length, 1.0) if bucket.count else 0.0  # a non-empty bucket stays visible
-        share = bucket.count / total if total else 0.0
-        parts.append(
-            f'<text x="{label_width - 8}" y="{y + 15}" text-anchor="end">{_e(bucket.label)}</text>'
-            f'<rect x="{label_width}" y="{y + 3}" width="{length:.1f}" height="{row_height - 6}" '
-            f'fill="#1f6feb"/>'
-            f'<text x="{label_width + bar_width + 8}" y="{y + 15}">'
-            f"{_e(f'{bucket.count:,} {unit} ({format_percent(share)})')}</text>"
-        )
-    parts.append("</svg>")
-    return "".join(parts)
-
-
 def _svg_efficiency(rows: Sequence[tuple[int, float, float, float]]) -> str:
     """Grouped vertical bars: seqpack / sequential / no packing efficiency per max_seq_len."""
-    group_width, bar, top, plot_height, left = 156, 40, 24, 220, 48
-    width = left + group_width * len(rows) + 20
-    height = top + plot_height + 60
-    parts = [
-        f'<svg role="img" width="{width}" height="{height}" viewBox="0 0 {width} {height}">',
-        "<title>Efficiency per max_seq_len</title>",
+    groups = [(f"{max_seq_len:,}", values) for max_seq_len, *values in rows]
+    return grouped_chart("Efficiency per max_seq_len", groups, _SERIES, format_efficiency)
+
+
+def _svg_cap_costs(result: SweepResult) -> str:
+    """Grouped bars per max_seq_len: the shares of sequences over it and of tokens it costs."""
+    groups = [
+        (
+            f"{row.max_seq_len:,}",
+            (
+                row.cost.share_over_cap,
+                row.cost.share_tokens_over_cap,
+                row.cost.share_tokens_truncated,
+            ),
+        )
+        for row in result.rows
     ]
-    for tick in (0, 25, 50, 75, 100):
-        y = top + plot_height * (1 - tick / 100)
-        parts.append(
-            f'<line x1="{left}" x2="{width - 10}" y1="{y:.1f}" y2="{y:.1f}" stroke="#eaeef2"/>'
-            f'<text x="{left - 6}" y="{y + 4:.1f}" text-anchor="end">{tick}%</text>'
-        )
-    for g, (max_seq_len, *values) in enumerate(rows):
-        x0 = left + g * group_width + 12
-        for s, (fraction, (_name, colour)) in enumerate(zip(values, _SERIES, strict=True)):
-            bar_height = plot_height * max(0.0, min(1.0, fraction))
-            x = x0 + s * (bar + 4)
-            y = top + plot_height - bar_height
-            parts.append(
-                f'<rect x="{x}" y="{y:.1f}" width="{bar}" height="{bar_height:.1f}" '
-                f'fill="{colour}"/>'
-                f'<text x="{x + bar / 2}" y="{y - 4:.1f}" text-anchor="middle" font-size="10">'
-                f"{_e(format_efficiency(fraction))}</text>"
-            )
-        parts.append(
-            f'<text x="{x0 + (3 * bar + 8) / 2}" y="{top + plot_height + 18}" '
-            f'text-anchor="middle">{max_seq_len:,}</text>'
-        )
-    legend_y = top + plot_height + 42
-    for s, (name, colour) in enumerate(_SERIES):
-        x = left + s * 130
-        parts.append(
-            f'<rect x="{x}" y="{legend_y - 10}" width="12" height="12" fill="{colour}"/>'
-            f'<text x="{x + 18}" y="{legend_y}">{_e(name)}</text>'
-        )
-    parts.append("</svg>")
-    return "".join(parts)
+    largest = max(value for _, values in groups for value in values)
+    return grouped_chart(
+        "Sequences over each max_seq_len, and the share of tokens that costs",
+        groups,
+        _COST_SERIES,
+        lambda value: format_percent(value, 2),
+        top=axis_top(largest),
+    )
 
 
 def _page(title: str, body: Sequence[str]) -> str:
@@ -215,11 +182,11 @@ def render_profile_html(
         ),
         _baselines_note(sample_size),
         "<h2>Sequence lengths</h2>",
-        _svg_bars(profile.length_buckets, "sequences", "Sequences per length range"),
+        bar_chart(profile.length_buckets, "sequences", "Sequences per length range"),
         "<h2>Bin fullness</h2>",
-        _svg_bars(profile.fullness_buckets, "bins", "Bins per fullness range"),
+        bar_chart(profile.fullness_buckets, "bins", "Bins per fullness range"),
         "<h2>Sequences per bin</h2>",
-        _svg_bars(profile.seqs_per_bin_buckets, "bins", "Bins per number of sequences"),
+        bar_chart(profile.seqs_per_bin_buckets, "bins", "Bins per number of sequences"),
         f"<h2>Most common templates (top {len(profile.top_templates)} of "
         f"{profile.num_templates:,})</h2>",
         _table(["bins", "share", "fill", "template (lengths)"], templates, left=0),
@@ -227,16 +194,44 @@ def render_profile_html(
     return _page(title, body)
 
 
+def _count_and_share(count: int, share: float, digits: int = 1) -> str:
+    return _td(f"{count:,} ({format_percent(share, digits)})")
+
+
+def _cap_cost_rows(result: SweepResult) -> list[list[str]]:
+    rows = []
+    for row in result.rows:
+        cost = row.cost
+        rows.append(
+            [
+                _td(f"{row.max_seq_len:,}", left=True),
+                _count_and_share(cost.num_over_cap, cost.share_over_cap, 2),
+                _count_and_share(cost.num_tokens_over_cap, cost.share_tokens_over_cap),
+                _count_and_share(cost.num_tokens_truncated, cost.share_tokens_truncated),
+                _td(format_percent(cost.attention_vs_padded, 2)),
+            ]
+        )
+    return rows
+
+
+_CAP_COST_NOTE = (
+    '<p class="note">Sequences longer than max_seq_len are dropped from every packing below; '
+    "the tokens lost if they are dropped, or cut if they are truncated to max_seq_len, are "
+    "shown as counts and as a share of all tokens. Attention vs padded: the attention FLOPs of "
+    "the packed rows, each sequence attending only within itself (the sum of length², as a "
+    "varlen kernel computes it; the same for any packing of them), over those of one sequence "
+    "per row padded to max_seq_len with dense attention (rows × max_seq_len²).</p>"
+)
+
+
 def render_sweep_html(result: SweepResult, *, title: str) -> str:
     """The HTML report of a `max_seq_len` sweep."""
     lengths = result.lengths
     rows = []
     for row in result.rows:
-        over_share = row.num_over_cap / lengths.num_sequences
         rows.append(
             [
                 _td(f"{row.max_seq_len:,}", left=True),
-                _td(f"{row.num_over_cap:,} ({format_percent(over_share, 2)})"),
                 _td(f"{row.packed.num_bins:,}"),
                 _efficiency_cell(row.packed.efficiency),
                 _td(f"{row.packed.avg_seqs_per_bin:.2f}"),
@@ -253,11 +248,23 @@ def render_sweep_html(result: SweepResult, *, title: str) -> str:
         f"{lengths.min_length:,}, p50 {lengths.p50_length:,}, p90 {lengths.p90_length:,}, "
         f"p99 {lengths.p99_length:,}, max {lengths.max_length:,}, "
         f"mean {lengths.mean_length:,.1f}.</p>",
-        "<h2>Per max_seq_len</h2>",
+        "<h2>What each max_seq_len costs (sequences longer than it)</h2>",
         _table(
             [
                 "max_seq_len",
-                "over cap (dropped)",
+                "sequences over cap",
+                "tokens lost if dropped",
+                "tokens cut if truncated",
+                "attention vs padded",
+            ],
+            _cap_cost_rows(result),
+        ),
+        _CAP_COST_NOTE,
+        _svg_cap_costs(result),
+        "<h2>Per max_seq_len: the sequences that fit, packed</h2>",
+        _table(
+            [
+                "max_seq_len",
                 "seqpack bins",
                 "seqpack efficiency",
                 "seqs/bin",
@@ -288,7 +295,7 @@ def render_sweep_html(result: SweepResult, *, title: str) -> str:
             ]
         ),
         "<h2>Sequence lengths</h2>",
-        _svg_bars(result.length_buckets, "sequences", "Sequences per length range"),
+        bar_chart(result.length_buckets, "sequences", "Sequences per length range"),
     ]
     return _page(title, body)
 

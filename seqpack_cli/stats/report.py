@@ -2,10 +2,11 @@
 
 Pure presentation: every figure comes from `seqpack_cli.stats.profile` (a `PackingProfile` for a
 prepared directory) or `seqpack_cli.stats.sweep` (a `SweepResult` for a `max_seq_len` sweep);
-nothing is computed here except shares and bar widths. The helpers `format_template`,
-`format_percent`, `efficiency_style`, `profile_figures` and `template_cells` are shared with the
-HTML report (`seqpack_cli.stats.html`) so both read the same; `seqpack_cli.stats.render` picks the
-drawing for a `StatsReport`.
+nothing is computed here except shares and bar widths. No cell is ever cut short with an
+ellipsis: the tables fit 80 columns, and a figure too wide for the terminal folds instead. The
+helpers `format_template`, `format_percent`, `efficiency_style`, `profile_figures` and
+`template_cells` are shared with the HTML report (`seqpack_cli.stats.html`) so both read the
+same; `seqpack_cli.stats.render` picks the drawing for a `StatsReport`.
 """
 
 from __future__ import annotations
@@ -101,10 +102,10 @@ def _chart(title: str, buckets: Sequence[Bucket], unit: str, *, label_header: st
     total = sum(bucket.count for bucket in buckets)
     largest = max((bucket.count for bucket in buckets), default=0)
     table = Table(title=title, title_justify="left", box=None, pad_edge=False)
-    table.add_column(label_header, justify="right", style="bold")
-    table.add_column("", no_wrap=True, style="cyan")
-    table.add_column(unit, justify="right")
-    table.add_column("share", justify="right")
+    table.add_column(label_header, justify="right", style="bold", overflow="fold")
+    table.add_column("", no_wrap=True, overflow="crop", style="cyan")
+    table.add_column(unit, justify="right", overflow="fold")
+    table.add_column("share", justify="right", overflow="fold")
     for bucket in buckets:
         share = bucket.count / total if total else 0.0
         table.add_row(
@@ -164,11 +165,11 @@ def _comparison_table(stats: PackingStats, baselines: Sequence[BaselineStats]) -
     packed_bins, packed_eff = stats.num_bins, stats.efficiency
     packed_seqs_per_bin = stats.avg_seqs_per_bin
     table = Table(title="Against packing without seqpack", title_justify="left", box=None)
-    table.add_column("method", style="bold")
-    table.add_column("bins", justify="right")
-    table.add_column("efficiency", justify="right")
-    table.add_column("seqs/bin", justify="right")
-    table.add_column("seqpack saves", justify="right")
+    table.add_column("method", style="bold", overflow="fold")
+    table.add_column("bins", justify="right", overflow="fold")
+    table.add_column("efficiency", justify="right", overflow="fold")
+    table.add_column("seqs/bin", justify="right", overflow="fold")
+    table.add_column("seqpack saves", justify="right", overflow="fold")
     table.add_row(
         "seqpack", f"{packed_bins:,}", _efficiency(packed_eff), f"{packed_seqs_per_bin:.2f}", ""
     )
@@ -210,8 +211,8 @@ def render_profile(
     """Print a prepared directory's report: summary, comparison, three charts, top templates."""
     stats = profile.stats
     summary = Table(title=title, title_justify="left", box=None, show_header=False)
-    summary.add_column(style="bold")
-    summary.add_column()
+    summary.add_column(style="bold", overflow="fold")
+    summary.add_column(overflow="fold")
     above_bound = stats.num_bins / stats.lower_bound_bins - 1.0 if stats.lower_bound_bins else 0.0
     figures: dict[str, str | Text] = dict(profile_figures(profile, separator="  "))
     figures["bins"] = (
@@ -228,9 +229,9 @@ def render_profile(
         title_justify="left",
         box=None,
     )
-    templates.add_column("bins", justify="right")
-    templates.add_column("share", justify="right")
-    templates.add_column("fill", justify="right")
+    templates.add_column("bins", justify="right", overflow="fold")
+    templates.add_column("share", justify="right", overflow="fold")
+    templates.add_column("fill", justify="right", overflow="fold")
     templates.add_column("template (lengths)", overflow="fold")
     for template, count in profile.top_templates:
         templates.add_row(*template_cells(profile, template, count))
@@ -253,8 +254,99 @@ def render_profile(
     console.print(Group(*parts))
 
 
+def _count_and_share(count: int, share: float, digits: int = 1) -> Text:
+    """A count over its share of the total (dim), as two lines: narrow enough for 80 columns."""
+    return Text.assemble(f"{count:,}\n", (format_percent(share, digits), "dim"))
+
+
+def _cap_cost_table(result: SweepResult) -> Table:
+    """Per max_seq_len: the sequences over it, the tokens that costs, attention vs padding."""
+    table = Table(
+        title="What each max_seq_len costs (sequences longer than it)",
+        title_justify="left",
+        box=None,
+        pad_edge=False,
+        leading=1,
+    )
+    for header in (
+        "max_seq_len",
+        "sequences\nover cap",
+        "tokens lost\nif dropped",
+        "tokens cut\nif truncated",
+        "attention\nvs padded",
+    ):
+        table.add_column(header, justify="right", overflow="fold")
+    for row in result.rows:
+        cost = row.cost
+        table.add_row(
+            Text(f"{row.max_seq_len:,}", style="bold"),
+            _count_and_share(cost.num_over_cap, cost.share_over_cap, 2),
+            _count_and_share(cost.num_tokens_over_cap, cost.share_tokens_over_cap),
+            _count_and_share(cost.num_tokens_truncated, cost.share_tokens_truncated),
+            format_percent(cost.attention_vs_padded, 2),
+        )
+    return table
+
+
+def _packing_table(result: SweepResult) -> Table:
+    """Per max_seq_len, the sequences that fit packed three ways: seqpack and both baselines."""
+    table = Table(
+        title="Per max_seq_len: the sequences that fit, packed three ways",
+        title_justify="left",
+        box=None,
+        pad_edge=False,
+    )
+    table.add_column("max_seq_len", justify="right", style="bold", overflow="fold")
+    table.add_column("method", overflow="fold")
+    for header in ("bins", "seqs/bin", "efficiency", "seqpack saves"):
+        table.add_column(header, justify="right", overflow="fold")
+    for number, row in enumerate(result.rows):
+        packed = row.packed
+        if number:
+            table.add_row()  # a blank line between max_seq_len values
+        table.add_row(
+            f"{row.max_seq_len:,}",
+            "seqpack",
+            f"{packed.num_bins:,}",
+            f"{packed.avg_seqs_per_bin:.2f}",
+            _efficiency(packed.efficiency),
+            "",
+        )
+        for baseline in (row.sequential, row.no_packing):
+            saved = 1.0 - packed.num_bins / baseline.num_bins if baseline.num_bins else 0.0
+            table.add_row(
+                "",
+                "sequential" if baseline.method != "no_packing" else "no packing",
+                f"{baseline.num_bins:,}" + ("*" if baseline.estimated else ""),
+                f"{baseline.avg_seqs_per_bin:.2f}",
+                _efficiency(baseline.efficiency),
+                f"{format_percent(saved)} of bins",
+            )
+    return table
+
+
+def _sweep_notes(result: SweepResult) -> list[Text]:
+    notes = [
+        Text(
+            "Sequences over the cap are dropped from every packing; the tokens lost if they are "
+            "dropped, or cut if they are truncated to max_seq_len, are counted and shown as a "
+            "share of all tokens. attention vs padded: the attention FLOPs of the packed rows, "
+            "each sequence attending only within itself (the sum of length², as a varlen "
+            "kernel computes it; the same for any packing), over those of one sequence per row "
+            "padded to max_seq_len with dense attention (rows × max_seq_len²). seqpack saves: "
+            "the share of that method's bins (so of its compute per epoch) seqpack does without.",
+            style="dim",
+        ),
+        _footnotes(result.sample_size),
+    ]
+    if any(row.sequential.estimated for row in result.rows):
+        notes.insert(0, Text("* estimated on a sample (see below)", style="dim"))
+    return notes
+
+
 def render_sweep(console: Console, result: SweepResult, *, title: str) -> None:
-    """Print a sweep: one row per max_seq_len, an efficiency chart, and the length histogram."""
+    """Print a sweep: what each max_seq_len costs, the packings, an efficiency chart, and the
+    length histogram. Every table fits 80 columns (counts are never cut short)."""
     lengths = result.lengths
     header = Text.assemble(
         (title, "bold"),
@@ -264,39 +356,11 @@ def render_sweep(console: Console, result: SweepResult, *, title: str) -> None:
         f"p99 {lengths.p99_length:,}, max {lengths.max_length:,}, mean {lengths.mean_length:,.1f}",
     )
 
-    table = Table(title="Per max_seq_len", title_justify="left", box=None)
-    for column in (
-        "max_seq_len",
-        "over cap\n(dropped)",
-        "seqpack\nbins",
-        "seqpack\nefficiency",
-        "seqs/bin",
-        "sequential\nbins",
-        "sequential\nefficiency",
-        "no packing\nefficiency",
-        "saved vs\nsequential",
-    ):
-        table.add_column(column, justify="right", no_wrap=column.startswith("over cap"))
-    for row in result.rows:
-        over_share = row.num_over_cap / lengths.num_sequences
-        over = f"{row.num_over_cap:,} ({format_percent(over_share, 2)})"
-        table.add_row(
-            Text(f"{row.max_seq_len:,}", style="bold"),
-            Text(over, style="red" if row.num_over_cap else ""),
-            f"{row.packed.num_bins:,}",
-            _efficiency(row.packed.efficiency),
-            f"{row.packed.avg_seqs_per_bin:.2f}",
-            f"{row.sequential.num_bins:,}" + ("*" if row.sequential.estimated else ""),
-            _efficiency(row.sequential.efficiency),
-            _efficiency(row.no_packing.efficiency),
-            format_percent(row.bins_saved_vs_sequential),
-        )
-
     chart = Table(title="Efficiency (tokens / capacity)", title_justify="left", box=None)
-    chart.add_column("max_seq_len", justify="right", style="bold")
-    chart.add_column("method")
-    chart.add_column("", no_wrap=True)
-    chart.add_column("", justify="right")
+    chart.add_column("max_seq_len", justify="right", style="bold", overflow="fold")
+    chart.add_column("method", overflow="fold")
+    chart.add_column("", no_wrap=True, overflow="crop")
+    chart.add_column("", justify="right", overflow="fold")
     for row in result.rows:
         for index, (name, fraction) in enumerate(
             (
@@ -313,26 +377,18 @@ def render_sweep(console: Console, result: SweepResult, *, title: str) -> None:
                 end_section=index == 2,
             )
 
-    notes = [
-        Text(
-            "saved vs sequential: the share of sequential packing's rows (so of its compute "
-            "per epoch) that seqpack saves.",
-            style="dim",
-        ),
-        _footnotes(result.sample_size),
-    ]
-    if any(row.sequential.estimated for row in result.rows):
-        notes.insert(0, Text("* estimated on a sample (see below)", style="dim"))
     console.print(
         Group(
             header,
             Text(),
-            table,
+            _cap_cost_table(result),
+            Text(),
+            _packing_table(result),
             Text(),
             chart,
             Text(),
             _chart("Sequence lengths", result.length_buckets, "sequences", label_header="length"),
             Text(),
-            *notes,
+            *_sweep_notes(result),
         )
     )

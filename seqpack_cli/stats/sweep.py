@@ -9,6 +9,12 @@ not grow with the number of sequences.
 `seqpack stats --max-seq-len ...` is this sweep (`seqpack_cli.stats.describe`); a single packing
 is described by `seqpack_cli.stats.profile`, the length summary and chart buckets come from
 `seqpack_cli.stats.distribution`.
+
+Each row also says what the cap costs (`seqpack_cli.stats.distribution.CapCost`): the share of
+sequences over it, the tokens lost if they are dropped and cut if they are truncated (counts
+and shares of all tokens), and the attention of the packed sequences against padded rows. A
+handful of sequences over the cap can hold a large share of the tokens: that trade-off is what
+picking `max_seq_len` is about.
 """
 
 from __future__ import annotations
@@ -36,8 +42,10 @@ from seqpack_cli.stats.baselines import (
 )
 from seqpack_cli.stats.distribution import (
     Bucket,
+    CapCost,
     LengthSummary,
     bucket_lengths,
+    cap_costs_of_arrays,
     histogram_arrays,
     power_of_two_edges,
     require_sequences,
@@ -51,7 +59,7 @@ _PROGRESS_STEP = "sweep max_seq_len"
 
 @dataclass(frozen=True)
 class SweepRow:
-    """seqpack and both baselines at one `max_seq_len`."""
+    """seqpack and both baselines at one `max_seq_len`, and what that cap costs (`cost`)."""
 
     max_seq_len: int
     num_over_cap: int  # sequences longer than max_seq_len: dropped, not packed
@@ -60,6 +68,7 @@ class SweepRow:
     lower_bound: LowerBound  # packed.lower_bound_bins is its value; by kind for --json
     no_packing: BaselineStats
     sequential: BaselineStats
+    cost: CapCost  # tokens dropped or truncated, attention against padded rows
 
     @property
     def bins_saved_vs_sequential(self) -> float:
@@ -73,6 +82,15 @@ class SweepRow:
             "max_seq_len": self.max_seq_len,
             "num_over_cap": self.num_over_cap,
             "num_tokens_over_cap": self.num_tokens_over_cap,
+            "share_over_cap": self.cost.share_over_cap,
+            "share_tokens_over_cap": self.cost.share_tokens_over_cap,
+            "num_tokens_truncated": self.cost.num_tokens_truncated,
+            "share_tokens_truncated": self.cost.share_tokens_truncated,
+            "attention": {
+                "packed": self.cost.attention_packed,
+                "padded": self.cost.attention_padded,
+                "packed_vs_padded": self.cost.attention_vs_padded,
+            },
             "seqpack": self.packed.to_dict(),
             "lower_bound_by": self.lower_bound.to_dict(),
             "no_packing": self.no_packing.to_dict(),
@@ -125,9 +143,10 @@ class _SweepOptions:
 
 
 def _sweep_row(
-    lengths: np.ndarray, counts: np.ndarray, max_seq_len: int, options: _SweepOptions
+    lengths: np.ndarray, counts: np.ndarray, cost: CapCost, options: _SweepOptions
 ) -> SweepRow:
-    """seqpack, its lower bound and both baselines on the sequences that fit `max_seq_len`."""
+    """seqpack, its lower bound and both baselines on the sequences that fit `cost.max_seq_len`."""
+    max_seq_len = cost.max_seq_len
     over = lengths > max_seq_len
     kept_lengths, kept_counts = lengths[~over].astype(np.int64), counts[~over]
     kept = dict(zip(kept_lengths.tolist(), kept_counts.tolist(), strict=True))
@@ -143,12 +162,13 @@ def _sweep_row(
         sequential = empty_baseline(max_seq_len, "sequential_random_order")
     return SweepRow(
         max_seq_len=max_seq_len,
-        num_over_cap=int(counts[over].sum()),
-        num_tokens_over_cap=int((lengths[over] * counts[over]).sum()),
+        num_over_cap=cost.num_over_cap,
+        num_tokens_over_cap=cost.num_tokens_over_cap,
         packed=PackingStats.from_templates(templates, max_seq_len, max_seqs_per_bin=cap),
         lower_bound=lower_bounds_of_lengths(kept_lengths, kept_counts, max_seq_len, cap),
         no_packing=no_packing,
         sequential=sequential,
+        cost=cost,
     )
 
 
@@ -164,7 +184,9 @@ def sweep_max_seq_len(
     """seqpack's packing and both baselines at each candidate `max_seq_len` (sorted, unique).
 
     Sequences longer than a candidate are counted as dropped at that candidate and the rest are
-    packed, by seqpack's histogram packer and by both baselines.
+    packed, by seqpack's histogram packer and by both baselines; each row's `cost` says what
+    dropping (or truncating) them costs in tokens, and the attention of the packed sequences
+    against padded rows.
     """
     candidates = check_candidates(max_seq_lens)
     options = _SweepOptions(
@@ -175,10 +197,10 @@ def sweep_max_seq_len(
     lengths, counts = histogram_arrays(length_counts)
     require_sequences(lengths)
     rows: list[SweepRow] = []
-    for done, max_seq_len in enumerate(candidates):
+    for done, cost in enumerate(cap_costs_of_arrays(lengths, counts, candidates)):
         if progress is not None:
             progress(_PROGRESS_STEP, done, len(candidates))
-        rows.append(_sweep_row(lengths, counts, max_seq_len, options))
+        rows.append(_sweep_row(lengths, counts, cost, options))
     if progress is not None:
         progress(_PROGRESS_STEP, len(candidates), len(candidates))
     histogram = dict(zip(lengths.tolist(), counts.tolist(), strict=True))

@@ -51,6 +51,7 @@ from seqpack_cli.prepare.pools.tuning import PoolTuning
 from seqpack_cli.prepare.scan import (
     InputFile,
     first_line,
+    length_query,
     load_sql,
     location,
     one_row,
@@ -268,11 +269,15 @@ def scan_pools(
     workers: int | None = None,
     progress: ProgressCallback | None = None,
     tuning: PoolTuning | None = None,
+    truncate: bool = False,
 ) -> PoolScan:
     """Stream (length, id) once and write every length's ascending pool through `append_pool`.
 
-    `counts` is the histogram of the lengths kept (all <= max_seq_len). Ids are the id column
-    (checked: non-null, unique) or, without one, global row indexes over `files` in their order.
+    `counts` is the histogram of the lengths kept (all <= max_seq_len). Sequences longer than
+    `max_seq_len` are left out, or with `truncate` kept with the length `max_seq_len` (`counts`
+    then counts them there). A length column of token lists streams each list's length, counted
+    by DuckDB. Ids are the id column (checked: non-null, unique) or, without one, global row
+    indexes over `files` in their order.
     Work files (the scatter path's flat file, 8 bytes per id) live in `work_dir` and are deleted
     at the end.
     """
@@ -281,11 +286,15 @@ def scan_pools(
     layout = Layout(counts, tuning)
     num_threads = num_workers(workers, tuning)
     columns = [length_column] if id_column is None else [length_column, id_column]
-    params: dict[str, Any] = {**read_params(files, *columns), "max_seq_len": max_seq_len}
+    params: dict[str, Any] = {
+        **read_params(files, *columns),
+        "max_seq_len": max_seq_len,
+        "truncate": bool(truncate),
+    }
     to_ids: Callable[[list[np.ndarray]], np.ndarray]
     bounds: tuple[int, int] | None
     if id_column is None:
-        sql = load_sql("pool_rows_by_position")
+        sql = load_sql(length_query(files, length_column, "pool_rows_by_position"))
         row_offsets = np.zeros(len(files), dtype=np.int64)
         np.cumsum([file.num_rows for file in files[:-1]], out=row_offsets[1:])
         bounds = (0, max(sum(file.num_rows for file in files) - 1, 0))
@@ -293,7 +302,7 @@ def scan_pools(
         def to_ids(columns: list[np.ndarray]) -> np.ndarray:
             return row_offsets[columns[1]] + columns[2]
     else:
-        sql = load_sql("pool_rows_by_id")
+        sql = load_sql(length_query(files, length_column, "pool_rows_by_id"))
         bounds = _footer_id_bounds(files, id_column)
 
         def to_ids(columns: list[np.ndarray]) -> np.ndarray:
@@ -333,8 +342,8 @@ def scan_pools(
     except _NullIds:
         raise _null_ids_error(con, files, id_column) from None
     except duckdb.ConversionException as error:
-        # DuckDB's message names the column and the value. Only ids are cast: lengths stream in
-        # their own type, and any too large for the cap were refused by the histogram pass.
+        # DuckDB's message names the column and the value. Only ids can fail their cast: lengths
+        # are cast after least(length, max_seq_len), so they are at most max_seq_len.
         raise InputError(
             f"{first_line(error)}; ids must fit in a signed 64-bit integer: renumber the ids, or "
             f"drop {option('id_column')} to use row indexes as ids"

@@ -1,0 +1,152 @@
+"""What both datasets share: the source, the collator, the seed and the current epoch's plan.
+
+`source` is a prepared directory as `load_prepared` returns it (`Prepared`), or a
+`(templates, pools)` pair. Each epoch's bins come from `EpochPlan(templates, pools,
+seed_from_components(seed, epoch), ...)`, so the pairings change every epoch, are the same in
+every process, and bin k is computed directly (no epoch is ever materialised).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from seqpack_cli.checks import check_int
+from seqpack_cli.collate import PackedCollator
+from seqpack_cli.epoch.plan import EpochPlan
+from seqpack_cli.errors import ConfigError
+from seqpack_cli.seeding import seed_from_components
+
+__all__ = ["PackedEpochs", "split_source", "truncated_by_prepare"]
+
+
+def split_source(source: Any) -> tuple[Any, Mapping[int, Any], int | None, Path | None]:
+    """(templates, pools, the prepared max_seq_len, the prepared path) from either source."""
+    if hasattr(source, "templates") and hasattr(source, "pools"):
+        path = getattr(source, "path", None)
+        return (
+            source.templates,
+            source.pools,
+            getattr(source, "max_seq_len", None),
+            None if path is None else Path(path).absolute(),
+        )
+    if isinstance(source, (tuple, list)) and len(source) == 2:
+        return source[0], source[1], None, None
+    raise ConfigError(
+        f"source is a {type(source).__name__}; expected what load_prepared returns or a "
+        "(templates, pools) pair"
+    )
+
+
+def truncated_by_prepare(source: Any) -> bool:
+    """Whether `source` was prepared with `--over-cap truncate`: its pools then hold sequences
+    longer than max_seq_len under the length max_seq_len, and the collator keeps their first
+    tokens."""
+    manifest = getattr(source, "manifest", None)
+    return (
+        isinstance(manifest, Mapping) and manifest.get("config", {}).get("over_cap") == "truncate"
+    )
+
+
+class PackedEpochs:
+    """The base of both datasets: builds the collator and the current epoch's plan."""
+
+    def __init__(
+        self,
+        source: Any,
+        token_source: Any,
+        *,
+        max_seq_len: int | None,
+        pad_token_id: int,
+        seed: int,
+        epoch: int,
+        rank: int,
+        world_size: int,
+        drop_last: bool,
+        label_pad_id: int,
+        format: str,
+        return_loss_weights: bool,
+        max_num_seqs: int | None,
+        labels_source: Any = None,
+        loss_mask_source: Any = None,
+        truncate: bool | None = None,
+    ) -> None:
+        self._templates, self._pools, prepared_max_seq_len, self._prepared_path = split_source(
+            source
+        )
+        if max_seq_len is None:
+            if prepared_max_seq_len is None:
+                raise ConfigError(
+                    "max_seq_len is not set and the source is a (templates, pools) pair; pass "
+                    "max_seq_len=... (the length the templates were packed for)"
+                )
+            max_seq_len = prepared_max_seq_len
+        self.seed = check_int("seed", seed, minimum=0)
+        self.rank, self.world_size, self.drop_last = rank, world_size, bool(drop_last)
+        self.collator = PackedCollator(
+            token_source,
+            max_seq_len,
+            pad_token_id,
+            label_pad_id=label_pad_id,
+            format=format,
+            return_loss_weights=return_loss_weights,
+            max_num_seqs=max_num_seqs,
+            labels_source=labels_source,
+            loss_mask_source=loss_mask_source,
+            truncate=truncated_by_prepare(source) if truncate is None else truncate,
+        )
+        self.max_seq_len = self.collator.max_seq_len
+        self._epoch = check_int("epoch", epoch, minimum=0)
+        self._plan: EpochPlan | None = None
+        # Built now, so bad templates/pools/rank fail here rather than inside a worker.
+        plan = self.plan
+        if plan.max_seq_len_needed > self.max_seq_len:
+            raise ConfigError(
+                f"max_seq_len={self.max_seq_len} but the templates hold bins of up to "
+                f"{plan.max_seq_len_needed} tokens; pass the max_seq_len they were packed for "
+                f"(at least {plan.max_seq_len_needed})"
+            )
+
+    @property
+    def epoch(self) -> int:
+        return self._epoch
+
+    @property
+    def plan(self) -> EpochPlan:
+        """The current epoch's plan (this rank's bins), built once per epoch."""
+        if self._plan is None:
+            self._plan = EpochPlan(
+                self._templates,
+                self._pools,
+                seed_from_components(self.seed, self._epoch),
+                rank=self.rank,
+                world_size=self.world_size,
+                drop_last=self.drop_last,
+            )
+        return self._plan
+
+    def _switch_epoch(self, epoch: Any) -> bool:
+        """Make `epoch` current; True when it changed."""
+        epoch = check_int("epoch", epoch, minimum=0)
+        if epoch == self._epoch:
+            return False
+        self._epoch, self._plan = epoch, None
+        return True
+
+    def __getstate__(self) -> dict[str, Any]:
+        # What a worker started with "spawn"/"forkserver" receives. The plan is cheap to rebuild,
+        # and the pools of a prepared directory are re-opened (memory-mapped) on the other side
+        # rather than copied: pickling a mapped array would copy every id into every worker.
+        state = self.__dict__.copy()
+        state["_plan"] = None
+        if self._prepared_path is not None:
+            state["_pools"] = None
+        return state
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update(state)
+        if self._pools is None:
+            from seqpack_cli.prepared import load_prepared
+
+            self._pools = load_prepared(self._prepared_path).pools

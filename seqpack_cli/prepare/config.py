@@ -1,0 +1,118 @@
+"""`PrepareConfig`: every option of `seqpack prepare`, validated once, on construction."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from seqpack_cli.checks import check_int, check_max_seq_len, check_max_seqs_per_bin
+from seqpack_cli.errors import ConfigError, option
+from seqpack_cli.interrupts import signals_held
+from seqpack_cli.prepare.pools.tuning import PoolTuning
+
+__all__ = ["OVER_CAP", "PACKERS", "PrepareConfig", "over_cap_option"]
+
+PACKERS = ("batched", "per-item")
+OVER_CAP = ("error", "drop", "truncate")
+"""What `over_cap` does with sequences longer than max_seq_len: refuse the inputs, leave them
+out, or keep them with the length max_seq_len (the collator is to take their first tokens)."""
+
+
+def over_cap_option(value: str) -> str:
+    """`--over-cap VALUE` / `over_cap='VALUE'`, inside a message."""
+    return option(f"over_cap {value}", python=f"over_cap={value!r}")
+
+
+def _over_cap(value: Any, filter_over_cap: bool) -> str:
+    """The over-cap policy: `value`, or without one `drop` for `filter_over_cap` (its alias)."""
+    if value is None:
+        return "drop" if filter_over_cap else "error"
+    if not isinstance(value, str) or value not in OVER_CAP:
+        later = " (split needs a token store, not in seqpack yet)" if value == "split" else ""
+        raise ConfigError(
+            f"{option('over_cap')} is {value!r}; expected one of {', '.join(OVER_CAP)}{later}"
+        )
+    if filter_over_cap and value != "drop":
+        raise ConfigError(
+            f"{option('filter_over_cap', python='filter_over_cap=True')} is "
+            f"{over_cap_option('drop')}, but {option('over_cap')} is {value!r}; "
+            "pass only one of them"
+        )
+    return value
+
+
+def _column_name(value: Any, field: str) -> str:
+    if not isinstance(value, str) or not value:
+        raise ConfigError(f"{option(field)} is {value!r}; expected a column name")
+    return value
+
+
+@dataclass(frozen=True)
+class PrepareConfig:
+    """Everything `prepare_dataset` needs; fields are the CLI options in snake case.
+
+    Validated on construction (`ConfigError` naming the option and the fix). `over_cap` (one of
+    `OVER_CAP`; default `error`) says what becomes of sequences longer than `max_seq_len`;
+    `filter_over_cap=True` is `over_cap="drop"`, and after construction `filter_over_cap` is
+    whether `over_cap` is `drop`.
+    """
+
+    inputs: Sequence[str | os.PathLike[str]]
+    length_column: str
+    max_seq_len: int
+    output: str | os.PathLike[str]
+    id_column: str | None = None
+    filter_over_cap: bool = False
+    packer: str = "batched"
+    max_seqs_per_bin: int | None = None
+    threads: int | None = None
+    memory_limit: str | None = None
+    temp_dir: str | os.PathLike[str] | None = None
+    overwrite: bool = False
+    tuning: PoolTuning = field(default_factory=PoolTuning)
+    """The sizes the pools pass works in (not a CLI option): tests shrink them."""
+    over_cap: str | None = None
+
+    def __post_init__(self) -> None:
+        with signals_held():  # the first import of DuckDB, which a signal must not cut short
+            from seqpack_cli.prepare.scan import check_memory_limit, check_temp_dir
+
+        inputs = self.inputs
+        if isinstance(inputs, (str, os.PathLike)):
+            inputs = [inputs]
+        inputs = tuple(os.fspath(item) for item in inputs)
+        if not inputs:
+            raise ConfigError("no inputs given; pass parquet files, globs or directories")
+        object.__setattr__(self, "inputs", inputs)
+        _column_name(self.length_column, "length_column")
+        if self.id_column is not None:
+            _column_name(self.id_column, "id_column")
+        object.__setattr__(self, "max_seq_len", check_max_seq_len(self.max_seq_len))
+        object.__setattr__(self, "max_seqs_per_bin", check_max_seqs_per_bin(self.max_seqs_per_bin))
+        packer = self.packer.replace("_", "-") if isinstance(self.packer, str) else self.packer
+        if packer not in PACKERS:
+            raise ConfigError(
+                f"{option('packer')} is {self.packer!r}; expected one of {', '.join(PACKERS)}"
+            )
+        object.__setattr__(self, "packer", packer)
+        if self.threads is not None:
+            check_int(
+                option("threads"),
+                self.threads,
+                minimum=1,
+                expected="an integer >= 1, or leave it unset to use every core",
+            )
+        if not isinstance(self.tuning, PoolTuning):
+            raise ConfigError(f"tuning is {self.tuning!r}; expected a PoolTuning")
+        if self.memory_limit is not None:
+            object.__setattr__(self, "memory_limit", check_memory_limit(self.memory_limit))
+        object.__setattr__(self, "output", Path(os.path.abspath(self.output)))
+        if self.temp_dir is not None:
+            object.__setattr__(self, "temp_dir", check_temp_dir(self.temp_dir))
+        over_cap = _over_cap(self.over_cap, bool(self.filter_over_cap))
+        object.__setattr__(self, "over_cap", over_cap)
+        object.__setattr__(self, "filter_over_cap", over_cap == "drop")
+        object.__setattr__(self, "overwrite", bool(self.overwrite))
