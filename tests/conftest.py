@@ -145,3 +145,35 @@ def run_in_fresh_process(code: str, *, hash_seed: str) -> str:
         env={"PYTHONHASHSEED": hash_seed, "PATH": ""},
     )
     return out.stdout
+
+
+def small_config(tmp_path: Path, **changes: Any) -> Any:
+    """The PrepareConfig of the one-file dataset a test wrote to tmp_path/in (length column "n",
+    max_seq_len 10), into tmp_path/out; `changes` override any option."""
+    from seqpack_cli.prepare import PrepareConfig
+
+    options: dict[str, Any] = {
+        "inputs": [tmp_path / "in"],
+        "length_column": "n",
+        "max_seq_len": 10,
+        "output": tmp_path / "out",
+    }
+    options.update(changes)
+    return PrepareConfig(**options)
+
+
+def same_batch(a: Mapping[str, Any], b: Mapping[str, Any]) -> bool:
+    """Whether two collated batches hold the same keys and equal values (tensors, arrays, ints)."""
+    if a.keys() != b.keys():
+        return False
+    for key in a:
+        x, y = a[key], b[key]
+        if hasattr(x, "equal") and hasattr(x, "dtype"):  # a torch tensor
+            if not x.equal(y):
+                return False
+        elif isinstance(x, np.ndarray):
+            if not np.array_equal(x, y):
+                return False
+        elif x != y:
+            return False
+    return True

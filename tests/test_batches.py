@@ -12,6 +12,7 @@ from typing import Any
 
 import numpy as np
 import pytest
+from conftest import same_batch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -81,21 +82,6 @@ def _rows(batch: dict[str, Any]) -> list[Row]:
     ]
 
 
-def _same_batch(a: dict[str, Any], b: dict[str, Any]) -> bool:
-    if a.keys() != b.keys():
-        return False
-    for key in a:
-        if isinstance(a[key], torch.Tensor):
-            if not torch.equal(a[key], b[key]):
-                return False
-        elif isinstance(a[key], np.ndarray):
-            if not np.array_equal(a[key], b[key]):
-                return False
-        elif a[key] != b[key]:
-            return False
-    return True
-
-
 # ---- what a batch is --------------------------------------------------------------------------
 
 
@@ -108,7 +94,7 @@ def test_a_batch_is_the_collator_on_consecutive_bins(format: str, batch_size: in
     batches = list(ds)
     expected = [collator(plan.bins(i, i + batch_size)) for i in range(0, len(plan), batch_size)]
     assert len(batches) == len(expected) == len(ds) == -(-len(plan) // batch_size)
-    assert all(_same_batch(a, b) for a, b in zip(batches, expected, strict=True))
+    assert all(same_batch(a, b) for a, b in zip(batches, expected, strict=True))
     if format == "padded":
         assert batches[0]["input_ids"].shape == (batch_size, MAX_SEQ_LEN)
         # The last batch holds what is left (the plan has 40-odd bins: never a multiple of 4, 7).

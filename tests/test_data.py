@@ -10,6 +10,7 @@ from typing import Any
 
 import numpy as np
 import pytest
+from conftest import same_batch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -80,21 +81,6 @@ def _plan(corpus: Any, epoch: int = 0, **kwargs: Any) -> EpochPlan:
     return EpochPlan(templates, pools, seed_from_components(7, epoch), **kwargs)
 
 
-def _same_row(a: dict[str, Any], b: dict[str, Any]) -> bool:
-    if a.keys() != b.keys():
-        return False
-    for key in a:
-        if isinstance(a[key], torch.Tensor):
-            if not torch.equal(a[key], b[key]):
-                return False
-        elif isinstance(a[key], np.ndarray):
-            if not np.array_equal(a[key], b[key]):
-                return False
-        elif a[key] != b[key]:
-            return False
-    return True
-
-
 # ---- map-style --------------------------------------------------------------------------------
 
 
@@ -114,8 +100,8 @@ def test_map_item_is_the_collator_on_the_plan_bin(corpus: Any, format: str) -> N
     collator = PackedCollator(tokens, MAX_SEQ_LEN, PAD, format=format)
     assert len(ds) == len(plan) == sum(templates.values())
     for k in range(len(ds)):
-        assert _same_row(ds[k], collator([plan[k]]))
-    assert _same_row(ds[-1], collator([plan[len(plan) - 1]]))
+        assert same_batch(ds[k], collator([plan[k]]))
+    assert same_batch(ds[-1], collator([plan[len(plan) - 1]]))
 
 
 def test_map_item_keeps_a_batch_of_one(corpus: Any) -> None:
@@ -149,7 +135,7 @@ def test_map_dataset_through_a_dataloader(corpus: Any) -> None:
     )
     rows = list(DataLoader(ds, batch_size=None))
     assert len(rows) == len(ds)
-    assert all(_same_row(row, ds[k]) for k, row in enumerate(rows))
+    assert all(same_batch(row, ds[k]) for k, row in enumerate(rows))
 
 
 def test_several_rows_per_step_batch_bins_from_the_plan(corpus: Any) -> None:

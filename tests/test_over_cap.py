@@ -13,14 +13,14 @@ from pathlib import Path
 import numpy as np
 import pyarrow as pa
 import pytest
-from conftest import write_parquet
+from conftest import small_config, write_parquet
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from typer.testing import CliRunner
 
 from seqpack_cli.cli.app import app
 from seqpack_cli.errors import ConfigError, InputError, PreparedFormatError
-from seqpack_cli.prepare import PrepareConfig, load_prepared, prepare_dataset
+from seqpack_cli.prepare import load_prepared, prepare_dataset
 from seqpack_cli.prepare.job import OVER_CAP, prepare_summary
 from seqpack_cli.prepare.pools.tuning import PoolTuning
 
@@ -39,17 +39,6 @@ def _write(tmp_path: Path, lengths, ids=None, kind: pa.DataType | None = None) -
     if ids is not None:
         columns["id"] = pa.array(ids, pa.int64())
     return write_parquet(tmp_path / "in" / "a.parquet", columns)
-
-
-def _config(tmp_path: Path, **changes) -> PrepareConfig:
-    options = {
-        "inputs": [tmp_path / "in"],
-        "length_column": "n",
-        "max_seq_len": 10,
-        "output": tmp_path / "out",
-    }
-    options.update(changes)
-    return PrepareConfig(**options)
 
 
 def _invoke(*args):
@@ -79,15 +68,15 @@ def _expected(lengths, ids, cap: int, policy: str) -> dict[int, list[int]]:
 
 def test_over_cap_defaults_to_error_and_filter_over_cap_is_drop(tmp_path: Path) -> None:
     assert OVER_CAP == ("error", "drop", "truncate")
-    config = _config(tmp_path)
+    config = small_config(tmp_path)
     assert (config.over_cap, config.filter_over_cap) == ("error", False)
-    config = _config(tmp_path, filter_over_cap=True)
+    config = small_config(tmp_path, filter_over_cap=True)
     assert (config.over_cap, config.filter_over_cap) == ("drop", True)
-    config = _config(tmp_path, over_cap="drop")
+    config = small_config(tmp_path, over_cap="drop")
     assert (config.over_cap, config.filter_over_cap) == ("drop", True)
-    config = _config(tmp_path, over_cap="drop", filter_over_cap=True)
+    config = small_config(tmp_path, over_cap="drop", filter_over_cap=True)
     assert (config.over_cap, config.filter_over_cap) == ("drop", True)
-    config = _config(tmp_path, over_cap="truncate")
+    config = small_config(tmp_path, over_cap="truncate")
     assert (config.over_cap, config.filter_over_cap) == ("truncate", False)
 
 
@@ -110,7 +99,7 @@ def test_over_cap_defaults_to_error_and_filter_over_cap_is_drop(tmp_path: Path) 
 )
 def test_bad_over_cap_is_one_config_error(tmp_path: Path, changes, message) -> None:
     with pytest.raises(ConfigError) as raised:
-        _config(tmp_path, **changes)
+        small_config(tmp_path, **changes)
     assert message in str(raised.value)
     assert "\n" not in str(raised.value)
 
@@ -160,7 +149,7 @@ def test_help_shows_over_cap() -> None:
 def test_error_names_both_ways_out(tmp_path: Path) -> None:
     _write(tmp_path, [5, 20, 30])
     with pytest.raises(InputError) as raised:
-        prepare_dataset(_config(tmp_path))
+        prepare_dataset(small_config(tmp_path))
     message = str(raised.value)
     assert "2 sequences in length column 'n' are longer than max_seq_len 10" in message
     assert (
@@ -183,8 +172,8 @@ def test_drop_of_everything_points_at_truncate(tmp_path: Path) -> None:
         match=r"nothing is left to pack; raise max_seq_len, or pass "
         r"over_cap='truncate' to keep their first 10 tokens",
     ):
-        prepare_dataset(_config(tmp_path, over_cap="drop"))
-    prepared = prepare_dataset(_config(tmp_path, over_cap="truncate"))
+        prepare_dataset(small_config(tmp_path, over_cap="drop"))
+    prepared = prepare_dataset(small_config(tmp_path, over_cap="truncate"))
     assert prepared.counts == {10: 2}
     assert prepared.pools[10].tolist() == [0, 1]
 
@@ -196,7 +185,7 @@ def test_drop_of_everything_points_at_truncate(tmp_path: Path) -> None:
 def test_counts_in_the_manifest_and_json(tmp_path: Path, policy: str) -> None:
     lengths = [3, 10, 11, 25, 7, 40]
     _write(tmp_path, lengths)
-    prepared = prepare_dataset(_config(tmp_path, over_cap=policy))
+    prepared = prepare_dataset(small_config(tmp_path, over_cap=policy))
     summary = prepared.manifest["summary"]
     over = [x for x in lengths if x > 10]
     expected = {
@@ -288,7 +277,7 @@ def test_pools_hold_every_kept_id_once_with_its_clamped_length(
     _write(tmp_path, lengths, None if id_column is None else seq_ids)
     tuning = PoolTuning(max_map_ids=0 if scatter else 1 << 27, batch_rows=7)
     prepared = prepare_dataset(
-        _config(tmp_path, max_seq_len=cap, over_cap=policy, id_column=id_column, tuning=tuning)
+        small_config(tmp_path, max_seq_len=cap, over_cap=policy, id_column=id_column, tuning=tuning)
     )
     expected = _expected(lengths, seq_ids, cap, policy)
     got = {length: prepared.pools[length].tolist() for length in prepared.counts}
@@ -319,7 +308,7 @@ def test_pools_hold_every_kept_id_once_with_its_clamped_length(
 def test_truncate_lengths_past_int64(tmp_path: Path) -> None:
     lengths = [5, 2**64 - 1, 2**63, 7]
     _write(tmp_path, lengths, kind=pa.uint64())
-    prepared = prepare_dataset(_config(tmp_path, over_cap="truncate"))
+    prepared = prepare_dataset(small_config(tmp_path, over_cap="truncate"))
     assert prepared.counts == {5: 1, 7: 1, 10: 2}
     assert prepared.pools[10].tolist() == [1, 2]
     summary = load_prepared(tmp_path / "out").manifest["summary"]
@@ -335,7 +324,7 @@ def _rewrite_manifest(path: Path, change) -> None:
 
 def test_load_prepared_reads_manifests_without_the_new_fields(tmp_path: Path) -> None:
     _write(tmp_path, [3, 10, 11])
-    prepare_dataset(_config(tmp_path, filter_over_cap=True))
+    prepare_dataset(small_config(tmp_path, filter_over_cap=True))
 
     def old(manifest: dict) -> None:
         del manifest["config"]["over_cap"]
@@ -362,7 +351,7 @@ def test_load_prepared_reads_manifests_without_the_new_fields(tmp_path: Path) ->
 )
 def test_load_prepared_checks_the_new_fields(tmp_path: Path, where, value, message) -> None:
     _write(tmp_path, [3, 10, 11])
-    prepare_dataset(_config(tmp_path, over_cap="truncate"))
+    prepare_dataset(small_config(tmp_path, over_cap="truncate"))
     section, key = where.split(".")
     _rewrite_manifest(tmp_path / "out", lambda manifest: manifest[section].__setitem__(key, value))
     with pytest.raises(PreparedFormatError, match=message):
@@ -384,7 +373,7 @@ def test_a_truncated_prepare_trains_on_each_sequences_first_tokens(tmp_path: Pat
         tmp_path / "in" / "a.parquet",
         {"input_ids": pa.array(sequences, pa.list_(pa.int32()))},
     )
-    prepare_dataset(_config(tmp_path, length_column="input_ids", over_cap="truncate"))
+    prepare_dataset(small_config(tmp_path, length_column="input_ids", over_cap="truncate"))
     prepared = load_prepared(tmp_path / "out")
     assert prepared.manifest["summary"]["num_truncated"] == int((lengths > 10).sum())
     flat = np.concatenate([np.array(s, dtype=np.int64) for s in sequences])

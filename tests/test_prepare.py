@@ -13,7 +13,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from conftest import ParquetDataset, write_parquet
+from conftest import ParquetDataset, small_config, write_parquet
 from typer.testing import CliRunner
 
 from seqpack_cli.checks import MAX_SEQ_LEN_LIMIT
@@ -36,18 +36,6 @@ def _config(dataset: ParquetDataset, output: Path, **changes) -> PrepareConfig:
         "id_column": "doc_id",
         "max_seq_len": 512,
         "output": output,
-    }
-    options.update(changes)
-    return PrepareConfig(**options)
-
-
-def _small_config(tmp_path: Path, **changes) -> PrepareConfig:
-    """The one-file dataset a test wrote to tmp_path/in (length column "n"), into tmp_path/out."""
-    options = {
-        "inputs": [tmp_path / "in"],
-        "length_column": "n",
-        "max_seq_len": 10,
-        "output": tmp_path / "out",
     }
     options.update(changes)
     return PrepareConfig(**options)
@@ -171,7 +159,7 @@ def test_over_cap_without_the_filter_is_an_error(
 
 def test_nothing_left_after_filtering(tmp_path: Path) -> None:
     write_parquet(tmp_path / "in" / "a.parquet", {"n": [50, 60]})
-    config = _small_config(tmp_path, filter_over_cap=True)
+    config = small_config(tmp_path, filter_over_cap=True)
     with pytest.raises(InputError, match=r"all 2 sequences are longer than max_seq_len 10"):
         prepare_dataset(config)
     assert _nothing_written(tmp_path / "out")
@@ -183,7 +171,7 @@ def test_lengths_over_seqpacks_limit_do_not_ask_for_a_max_seq_len_that_is_refuse
     # Lengths beyond 2**31 - 1 used to get "raise max_seq_len to 1099511627776", a value
     # PrepareConfig itself refuses.
     write_parquet(tmp_path / "in" / "a.parquet", {"n": np.array([5, 2**40, 2**33], np.int64)})
-    config = _small_config(tmp_path)
+    config = small_config(tmp_path)
     with pytest.raises(InputError) as caught:
         prepare_dataset(config)
     message = str(caught.value)
@@ -193,13 +181,13 @@ def test_lengths_over_seqpacks_limit_do_not_ask_for_a_max_seq_len_that_is_refuse
     assert "raise max_seq_len" not in message and "\n" not in message
     assert _nothing_written(tmp_path / "out")
     # Filtered, they are dropped like any other over-long sequence.
-    filtered = prepare_dataset(_small_config(tmp_path, filter_over_cap=True))
+    filtered = prepare_dataset(small_config(tmp_path, filter_over_cap=True))
     assert filtered.counts == {5: 1} and filtered.manifest["summary"]["num_dropped"] == 2
 
 
 def test_nothing_left_over_seqpacks_limit_says_to_fix_the_data(tmp_path: Path) -> None:
     write_parquet(tmp_path / "in" / "a.parquet", {"n": np.array([2**40, 2**31], np.int64)})
-    config = _small_config(tmp_path, filter_over_cap=True)
+    config = small_config(tmp_path, filter_over_cap=True)
     with pytest.raises(InputError) as caught:
         prepare_dataset(config)
     message = str(caught.value)
@@ -236,7 +224,7 @@ def test_help_gives_the_bounds_of_max_seq_len_and_memory_limit(command: str) -> 
 
 def test_no_rows(tmp_path: Path) -> None:
     write_parquet(tmp_path / "in" / "a.parquet", {"n": np.array([], dtype=np.int64)})
-    config = _small_config(tmp_path)
+    config = small_config(tmp_path)
     with pytest.raises(InputError, match=r"hold no rows"):
         prepare_dataset(config)
     assert _nothing_written(tmp_path / "out")
