@@ -7,7 +7,10 @@ process's peak resident memory above its level before the call, sampled every mi
 /proc/self/statm by a helper thread (torch's CPU allocations are invisible to tracemalloc).
 
 Collation: rows per second of `PackedCollator` for each format and for two token sources (one
-memory-mapped flat array with offsets, and a list of numpy arrays).
+memory-mapped flat array with offsets, and a list of numpy arrays), next to the peer that builds
+the same padding-free batch: transformers' `DataCollatorWithFlattening` (with
+`return_flash_attn_kwargs=True, return_seq_idx=True`, the keys of `format="hf"`), fed the same
+sequences as Python lists (what it takes).
 
     python benchmarks/bench_masking.py            # B=8, L=8192 (needs ~2 GiB free)
     python benchmarks/bench_masking.py --quick    # B=2, L=2048
@@ -179,7 +182,7 @@ def bench_collation(num_rows: int, max_seq_len: int, num_batches: int) -> None:
         )
         print(f"{'source':<22} {'format':<13} {'rows/s':>10} {'Mtokens/s':>10} {'ms/batch':>9}")
         for source_name, source in sources.items():
-            for fmt in ("padded", "padding_free", "maxtext"):
+            for fmt in ("padded", "padding_free", "hf", "maxtext"):
                 collator = PackedCollator(source, max_seq_len, 0, format=fmt)
                 for batch_bins in batches:  # warm-up pass: page in the memmap, allocator
                     collator(batch_bins)
@@ -192,6 +195,34 @@ def bench_collation(num_rows: int, max_seq_len: int, num_batches: int) -> None:
                     f"{source_name:<22} {fmt:<13} {rows / seconds:>10.0f} "
                     f"{num_tokens / seconds / 1e6:>10.1f} {seconds / len(batches) * 1e3:>9.2f}"
                 )
+
+        _bench_hf_peer(batches, flat, offsets, num_rows, num_tokens)
+
+
+def _bench_hf_peer(
+    batches: list, flat: np.ndarray, offsets: np.ndarray, num_rows: int, num_tokens: int
+) -> None:
+    try:
+        from transformers import DataCollatorWithFlattening
+    except ImportError:
+        print("transformers is not installed: no DataCollatorWithFlattening row")
+        return
+    peer = DataCollatorWithFlattening(return_flash_attn_kwargs=True, return_seq_idx=True)
+    # Its input: one dict per sequence, token lists (built outside the timing).
+    features = [
+        [{"input_ids": flat[offsets[s] : offsets[s + 1]].tolist()} for b in batch for s in b]
+        for batch in batches
+    ]
+    peer(features[0])  # warm-up
+    start = time.perf_counter()
+    for batch_features in features:
+        peer(batch_features)
+    seconds = time.perf_counter() - start
+    rows = len(batches) * num_rows
+    print(
+        f"{'lists (its input)':<22} {'HF flattening':<13} {rows / seconds:>10.0f} "
+        f"{num_tokens / seconds / 1e6:>10.1f} {seconds / len(batches) * 1e3:>9.2f}"
+    )
 
 
 def main() -> None:
