@@ -40,6 +40,8 @@ _EXPORTS: dict[str, str] = {
     "load_prepared": "prepared",
     "prepare_dataset": "prepare",
     "PrepareConfig": "prepare",
+    "write_token_source": "prepare.token_files",
+    "check_token_source": "prepare.token_files",
     # torch builders, collation, datasets, streaming
     "build_packing_attention_bias": "masking",
     "build_packing_cu_seqlens": "masking",

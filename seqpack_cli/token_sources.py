@@ -13,21 +13,57 @@ look-up per sequence. An on-disk token store only needs `__getitem__`, and `take
 speed.
 
 `fetch` never loops over tokens in Python: one call per sequence at most, then one concatenate.
+
+A token source directory (written by `seqpack_cli.prepare.token_files.write_token_source` from
+a parquet column of token lists) holds `tokens.npy` (all values back to back, the smallest
+unsigned dtype that holds them), `offsets.npy` (int64), with an id column `ids.npy` and
+`rows.npy` (int64: the ids ascending, and the row holding each), and `token_source.json`
+(written last). `FlatTokenSource.open(path)` memory-maps it. `check_pool_lengths` checks that a
+source holds every id of a prepared directory's pools with the pool's length.
 """
 
 from __future__ import annotations
 
+import json
 import operator
-from collections.abc import Mapping, Sequence
+import os
+from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from seqpack_cli.errors import InputError
 
-__all__ = ["FlatTokenSource", "fetch", "shown"]
+__all__ = [
+    "IDS_NAME",
+    "INFO_NAME",
+    "OFFSETS_NAME",
+    "ROWS_NAME",
+    "TOKENS_NAME",
+    "TOKEN_SOURCE_FORMAT",
+    "TOKEN_SOURCE_VERSION",
+    "FlatTokenSource",
+    "check_pool_lengths",
+    "fetch",
+    "shown",
+]
 
 _MAX_IDS_SHOWN = 8
+
+# ---- the token source directory ---------------------------------------------------------------
+
+TOKENS_NAME = "tokens.npy"
+OFFSETS_NAME = "offsets.npy"
+IDS_NAME = "ids.npy"
+ROWS_NAME = "rows.npy"
+INFO_NAME = "token_source.json"
+TOKEN_SOURCE_FORMAT = "seqpack-tokens"
+"""`token_source.json`'s `format`: what marks a directory as a seqpack token source."""
+TOKEN_SOURCE_VERSION = 1
+
+_LENGTHS_CHUNK = 1 << 20  # ids per look-up in check_pool_lengths (a few MiB of scratch)
+_FETCH_CHUNK = 1 << 10  # ids per fetch for a source without sequence_lengths
 
 
 class FlatTokenSource:
@@ -38,9 +74,14 @@ class FlatTokenSource:
     gather, so only the pages holding its tokens are read. The same layout holds labels, or a
     loss mask as 0/1 integers (e.g. uint8), for `PackedCollator(labels_source=...)` or
     `loss_mask_source=...`.
+
+    Sequence ids are the rows (0 .. len - 1) unless `ids` is given: then `ids` (ascending, no
+    duplicates) are the sequence ids and `rows[k]` is the row holding `ids[k]` (default: the
+    k-th row), looked up by binary search. `FlatTokenSource.open(path)` memory-maps a token
+    source directory (`seqpack_cli.prepare.token_files.write_token_source` writes one).
     """
 
-    def __init__(self, tokens: Any, offsets: Any) -> None:
+    def __init__(self, tokens: Any, offsets: Any, *, ids: Any = None, rows: Any = None) -> None:
         self.tokens = tokens if isinstance(tokens, np.ndarray) else np.asarray(tokens)
         self.offsets = np.asarray(offsets, dtype=np.int64)
         if self.tokens.ndim != 1 or self.tokens.dtype.kind not in "iu":
@@ -60,31 +101,172 @@ class FlatTokenSource:
                 f"1-D array within [0, {self.tokens.shape[0]}] with one more entry than there "
                 "are sequences: build it as np.concatenate([[0], np.cumsum(lengths)])"
             )
+        self.ids: np.ndarray | None = None
+        self.rows: np.ndarray | None = None
+        if ids is not None:
+            self.ids, self.rows = self._id_index(ids, rows)
+        elif rows is not None:
+            raise InputError("FlatTokenSource rows is given without ids; pass both or neither")
+        self.path: Path | None = None
+        """The directory `open` read, or None (then pickling copies the arrays)."""
+        self.info: dict[str, Any] = {}
+        """`token_source.json` of that directory (column, id column, inputs), or empty."""
+
+    def _id_index(self, ids: Any, rows: Any) -> tuple[np.ndarray, np.ndarray]:
+        ids = np.asarray(ids)
+        rows = np.arange(len(self), dtype=np.int64) if rows is None else np.asarray(rows)
+        if ids.dtype.kind not in "iu" or rows.dtype.kind not in "iu":
+            raise InputError(
+                f"FlatTokenSource ids ({ids.dtype}) and rows ({rows.dtype}) must be integers"
+            )
+        ids = np.asarray(ids, dtype=np.int64)
+        rows = np.asarray(rows, dtype=np.int64)
+        if ids.ndim != 1 or ids.shape != rows.shape:
+            raise InputError(
+                f"FlatTokenSource ids (shape {ids.shape}) and rows (shape {rows.shape}) must be "
+                "1-D and as long as each other: rows[k] is the row holding sequence ids[k]"
+            )
+        if ids.size and (
+            bool(np.any(np.diff(ids) <= 0)) or rows.min() < 0 or rows.max() >= len(self)
+        ):
+            raise InputError(
+                f"FlatTokenSource ids must be strictly increasing and rows within [0, "
+                f"{len(self)}); sort the ids (np.argsort) and take the rows in the same order"
+            )
+        return ids, rows
+
+    @classmethod
+    def open(cls, path: str | os.PathLike[str]) -> FlatTokenSource:
+        """Memory-map the token source directory at `path` (see the module docstring).
+
+        Raises `InputError` when it is missing, incomplete or inconsistent. The source pickles as
+        its path: DataLoader workers map the files themselves instead of receiving copies.
+        """
+        root = Path(path)
+        fix = "write it again (write_token_source(..., overwrite=True))"
+        try:
+            info = json.loads((root / INFO_NAME).read_text(encoding="utf-8"))
+        except (OSError, ValueError) as error:
+            raise InputError(
+                f"{root} is not a token source directory: {INFO_NAME} cannot be read ({error}); "
+                "pass the output of write_token_source"
+            ) from None
+        if not isinstance(info, dict) or info.get("format") != TOKEN_SOURCE_FORMAT:
+            raise InputError(f"{root / INFO_NAME} is not a seqpack token source's; {fix}")
+        if info.get("format_version") != TOKEN_SOURCE_VERSION:
+            raise InputError(
+                f"{root} is a token source of format_version {info.get('format_version')!r}; "
+                f"this seqpack reads {TOKEN_SOURCE_VERSION}: {fix}"
+            )
+        names = [TOKENS_NAME, OFFSETS_NAME] + (
+            [IDS_NAME, ROWS_NAME] if info.get("id_column") else []
+        )
+        arrays = []
+        for name in names:
+            try:
+                array = np.load(root / name, mmap_mode="r", allow_pickle=False)
+            except (OSError, ValueError) as error:
+                raise InputError(f"{root / name} cannot be read ({error}); {fix}") from None
+            arrays.append(array)
+        tokens, offsets = arrays[:2]
+        num_sequences, num_tokens = info.get("num_sequences"), info.get("num_tokens")
+        if (
+            not (isinstance(num_sequences, int) and isinstance(num_tokens, int))
+            or offsets.shape != (num_sequences + 1,)
+            or tokens.shape != (num_tokens,)
+        ):
+            raise InputError(
+                f"{root} holds {tokens.shape} tokens and {offsets.shape} offsets, but "
+                f"{INFO_NAME} records {info.get('num_tokens')} tokens and "
+                f"{info.get('num_sequences')} sequences; {fix}"
+            )
+        source = cls(
+            tokens,
+            offsets,
+            ids=arrays[2] if len(arrays) > 2 else None,
+            rows=arrays[3] if len(arrays) > 2 else None,
+        )
+        source.path = root
+        source.info = info
+        return source
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        if self.path is not None:
+            return (type(self).open, (self.path,))
+        return (_rebuild, (type(self), self.tokens, self.offsets, self.ids, self.rows))
+
+    def __repr__(self) -> str:
+        where = f"{os.fspath(self.path)!r}, " if self.path is not None else ""
+        ids = "row index" if self.ids is None else f"{self.ids.shape[0]} ids"
+        return (
+            f"FlatTokenSource({where}{len(self)} sequences, {self.tokens.shape[0]} "
+            f"{self.tokens.dtype} values, ids: {ids})"
+        )
 
     def __len__(self) -> int:
         return int(self.offsets.shape[0] - 1)
 
     def __getitem__(self, seq_id: int) -> np.ndarray:
-        seq_id = operator.index(seq_id)
-        return self.tokens[self.offsets[seq_id] : self.offsets[seq_id + 1]]
+        row = int(self.find_rows(np.array([operator.index(seq_id)]), missing="raise")[0])
+        return self.tokens[self.offsets[row] : self.offsets[row + 1]]
 
-    def take(self, seq_ids: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """Tokens of `seq_ids` concatenated in order, and their lengths; one gather."""
+    def find_rows(self, seq_ids: np.ndarray, *, missing: str = "raise") -> np.ndarray:
+        """The row holding each of `seq_ids` (the id itself without an id index); an id the
+        source lacks raises `InputError` (`missing="raise"`) or gets -1 (`missing="mark"`)."""
         seq_ids = np.asarray(seq_ids, dtype=np.int64)
-        if seq_ids.size and (seq_ids.min() < 0 or seq_ids.max() >= len(self)):
-            bad = int(seq_ids[(seq_ids < 0) | (seq_ids >= len(self))][0])
+        if self.ids is None:
+            absent = (seq_ids < 0) | (seq_ids >= len(self))
+            rows = seq_ids
+        else:
+            assert self.rows is not None
+            if self.ids.size == 0:
+                absent, rows = np.ones(seq_ids.shape, dtype=bool), seq_ids
+            else:
+                position = np.searchsorted(self.ids, seq_ids)
+                np.minimum(position, self.ids.shape[0] - 1, out=position)
+                absent = np.asarray(self.ids[position] != seq_ids)
+                rows = np.asarray(self.rows[position], dtype=np.int64)
+        if not absent.any():
+            return rows
+        if missing == "mark":
+            return np.where(absent, -1, rows)
+        bad = int(seq_ids[absent][0])
+        if self.ids is None:
             raise InputError(
                 f"sequence id {bad} is outside FlatTokenSource's {len(self)} sequences; "
                 "expected ids in [0, len(source))"
             )
-        starts = self.offsets[seq_ids]
-        lengths = self.offsets[seq_ids + 1] - starts
+        raise InputError(
+            f"sequence id {bad} is not among FlatTokenSource's {self.ids.shape[0]} ids; "
+            "expected every id to be one of its id column's values"
+        )
+
+    def sequence_lengths(self, seq_ids: np.ndarray, *, missing: str = "raise") -> np.ndarray:
+        """The length of each of `seq_ids` (int64) without reading tokens; with
+        `missing="mark"`, -1 for an id the source lacks instead of `InputError`."""
+        rows = self.find_rows(seq_ids, missing=missing)
+        found = rows >= 0
+        safe = np.where(found, rows, 0)
+        lengths = np.asarray(self.offsets[safe + 1] - self.offsets[safe], dtype=np.int64)
+        return np.where(found, lengths, -1)
+
+    def take(self, seq_ids: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Tokens of `seq_ids` concatenated in order, and their lengths; one gather."""
+        rows = self.find_rows(seq_ids)
+        starts = self.offsets[rows]
+        lengths = self.offsets[rows + 1] - starts
         # index[t] = start of t's sequence + t's offset within it, via one repeat.
         shift = np.repeat(starts - (np.cumsum(lengths) - lengths), lengths)
         index = shift + np.arange(shift.shape[0], dtype=np.int64)
         return np.asarray(self.tokens[index], dtype=np.int64), lengths
 
     take_sequences = take  # the batch-fetch protocol `fetch` looks for
+
+
+def _rebuild(
+    cls: type[FlatTokenSource], tokens: Any, offsets: Any, ids: Any, rows: Any
+) -> FlatTokenSource:
+    return cls(tokens, offsets, ids=ids, rows=rows)
 
 
 def shown(values: Sequence[int] | np.ndarray) -> str:
@@ -167,3 +349,62 @@ def fetch(
         raise _missing_sequence_error(name, seq_ids, error) from error
     lengths = np.fromiter((c.shape[0] for c in chunks), dtype=np.int64, count=len(chunks))
     return np.concatenate(chunks).astype(np.int64, copy=False), lengths
+
+
+def _lengths_of(source: Any, seq_ids: np.ndarray, name: str) -> np.ndarray:
+    """Each id's length in `source`, -1 where it has none: without reading tokens when the
+    source has `sequence_lengths` (as `FlatTokenSource`), else fetched (a missing id raises)."""
+    if hasattr(type(source), "sequence_lengths"):
+        return np.asarray(source.sequence_lengths(seq_ids, missing="mark"), dtype=np.int64)
+    chunks = range(0, seq_ids.shape[0], _FETCH_CHUNK)
+    parts = [fetch(source, seq_ids[k : k + _FETCH_CHUNK], name=name)[1] for k in chunks]
+    return np.concatenate(parts) if parts else np.empty(0, dtype=np.int64)
+
+
+def check_pool_lengths(
+    source: Any,
+    pools: Mapping[int, Any],
+    *,
+    truncated_at: int | None = None,
+    name: str = "token source",
+    locate: Callable[[int], str] | None = None,
+) -> int:
+    """Check that `source` holds every id of `pools` ({length: ids}, as a prepared directory's)
+    with exactly that length; return the number of ids checked.
+
+    With `truncated_at=L` (prepare's `--over-cap truncate` with max_seq_len L), the ids of pool L
+    may be longer (the collator keeps their first L tokens). Raises `InputError` naming the
+    first id missing or of another length, both lengths, and the fix; `locate(id)` may say where
+    the id's row comes from. Memory: a chunk of ids at a time.
+    """
+    checked = 0
+    for length in sorted(pools):
+        ids = pools[length]
+        for start in range(0, len(ids), _LENGTHS_CHUNK):
+            part = np.asarray(ids[start : start + _LENGTHS_CHUNK], dtype=np.int64)
+            found = _lengths_of(source, part, name)
+            at_least = truncated_at is not None and length == truncated_at
+            bad = (found < length) if at_least else (found != length)
+            checked += part.shape[0]
+            if not bad.any():
+                continue
+            k = int(np.flatnonzero(bad)[0])
+            seq_id, actual = int(part[k]), int(found[k])
+            where = f" ({locate(seq_id)})" if locate is not None and actual >= 0 else ""
+            expected = (
+                f"at least {length} (pool {length} of a truncating prepare)"
+                if at_least
+                else str(length)
+            )
+            what = (
+                f"has no sequence id {seq_id}, which the prepared pool of length {length} holds"
+                if actual < 0
+                else f"holds {actual} tokens for sequence id {seq_id}{where}, but the prepared "
+                f"pools give it {expected}"
+            )
+            raise InputError(
+                f"{name} {what}: the token source and the prepared directory describe different "
+                "rows; tokenise and prepare the same files in the same order (and the same id "
+                "column)"
+            )
+    return checked
