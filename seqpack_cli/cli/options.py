@@ -22,6 +22,7 @@ __all__ = [
     "QuietOption",
     "TempDirOption",
     "ThreadsOption",
+    "TokenStoreColumns",
 ]
 
 LengthColumnOption = Annotated[
@@ -82,3 +83,21 @@ TempDirOption = Annotated[
     Path | None,
     typer.Option("--temp-dir", help="Where DuckDB spills when over --memory-limit."),
 ]
+
+# The token store `seqpack prepare` writes into the prepared directory (opt-in).
+TokenStoreColumns = {
+    "tokens_column": typer.Option(
+        "--tokens-column",
+        help="List column of token ids (e.g. input_ids) to store in the prepared directory too "
+        "(tokens/, memory-mapped at training time: no token source to pass).",
+    ),
+    "labels_column": typer.Option(
+        "--labels-column",
+        help="With --tokens-column: per-token labels to store beside them (-100 allowed).",
+    ),
+    "loss_mask_column": typer.Option(
+        "--loss-mask-column",
+        help="With --tokens-column: a per-token 0/1 loss mask to store (e.g. assistant_masks).",
+    ),
+}
+"""The `--tokens-column`, `--labels-column` and `--loss-mask-column` options, by field."""

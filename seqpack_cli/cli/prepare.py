@@ -24,6 +24,7 @@ from seqpack_cli.cli.options import (
     QuietOption,
     TempDirOption,
     ThreadsOption,
+    TokenStoreColumns,
 )
 
 __all__ = ["prepare"]
@@ -67,6 +68,12 @@ def _render_prepare(summary: dict[str, Any]) -> None:
         f"{int(summary['efficiency'] * 10_000) / 100:.2f}% "
         f"(lower bound {summary['lower_bound_bins']:,} bins)",
     )
+    store = summary.get("token_store")
+    if store:
+        table.add_row(
+            "token store",
+            ", ".join(f"{role}/ ({it['column']}, {it['dtype']})" for role, it in store.items()),
+        )
     Console().print(table)
 
 
@@ -117,6 +124,9 @@ def prepare(
     overwrite: Annotated[
         bool, typer.Option("--overwrite", help="Replace an existing prepared directory.")
     ] = False,
+    tokens_column: Annotated[str | None, TokenStoreColumns["tokens_column"]] = None,
+    labels_column: Annotated[str | None, TokenStoreColumns["labels_column"]] = None,
+    loss_mask_column: Annotated[str | None, TokenStoreColumns["loss_mask_column"]] = None,
     quiet: QuietOption = False,
     json_output: JsonOption = False,
 ) -> None:
@@ -138,6 +148,9 @@ def prepare(
         memory_limit=memory_limit,
         temp_dir=temp_dir,
         overwrite=overwrite,
+        tokens_column=tokens_column,
+        labels_column=labels_column,
+        loss_mask_column=loss_mask_column,
     )
     started = time.perf_counter()
     with rich_progress(enabled=not (quiet or json_output)) as progress:

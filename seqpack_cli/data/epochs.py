@@ -1,9 +1,11 @@
 """What both datasets share: the source, the collator, the seed and the current epoch's plan.
 
 `source` is a prepared directory as `load_prepared` returns it (`Prepared`), or a
-`(templates, pools)` pair. Each epoch's bins come from `EpochPlan(templates, pools,
-seed_from_components(seed, epoch), ...)`, so the pairings change every epoch, are the same in
-every process, and bin k is computed directly (no epoch is ever materialised).
+`(templates, pools)` pair; without a token source, the tokens (and labels or loss mask) come
+from the prepared directory's token store (`prepare --tokens-column`). Each epoch's bins come
+from `EpochPlan(templates, pools, seed_from_components(seed, epoch), ...)`, so the pairings
+change every epoch, are the same in every process, and bin k is computed directly (no epoch is
+ever materialised).
 """
 
 from __future__ import annotations
@@ -18,7 +20,7 @@ from seqpack_cli.epoch.plan import EpochPlan
 from seqpack_cli.errors import ConfigError
 from seqpack_cli.seeding import seed_from_components
 
-__all__ = ["PackedEpochs", "split_source", "truncated_by_prepare"]
+__all__ = ["PackedEpochs", "split_source", "store_sources", "truncated_by_prepare"]
 
 
 def split_source(source: Any) -> tuple[Any, Mapping[int, Any], int | None, Path | None]:
@@ -37,6 +39,26 @@ def split_source(source: Any) -> tuple[Any, Mapping[int, Any], int | None, Path 
         f"source is a {type(source).__name__}; expected what load_prepared returns or a "
         "(templates, pools) pair"
     )
+
+
+def store_sources(
+    source: Any, token_source: Any, labels_source: Any, loss_mask_source: Any
+) -> tuple[Any, Any, Any]:
+    """(tokens, labels, loss mask): without a `token_source`, those of the prepared directory's
+    token store (`prepare --tokens-column`; its labels or loss mask unless one is given)."""
+    if token_source is not None:
+        return token_source, labels_source, loss_mask_source
+    tokens = getattr(source, "tokens", None)
+    if tokens is None:
+        raise ConfigError(
+            "token_source is not given and the source has no token store; pass token_source "
+            "(sequence id -> tokens), or prepare with --tokens-column to store the tokens in the "
+            "prepared directory"
+        )
+    if labels_source is None and loss_mask_source is None:
+        labels_source = getattr(source, "labels", None)
+        loss_mask_source = getattr(source, "loss_mask", None)
+    return tokens, labels_source, loss_mask_source
 
 
 def truncated_by_prepare(source: Any) -> bool:
@@ -74,6 +96,9 @@ class PackedEpochs:
     ) -> None:
         self._templates, self._pools, prepared_max_seq_len, self._prepared_path = split_source(
             source
+        )
+        token_source, labels_source, loss_mask_source = store_sources(
+            source, token_source, labels_source, loss_mask_source
         )
         if max_seq_len is None:
             if prepared_max_seq_len is None:

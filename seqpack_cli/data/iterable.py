@@ -65,7 +65,7 @@ class PackedIterableDataset(PackedEpochs, IterableDataset):
     def __init__(
         self,
         source: Any,
-        token_source: Any,
+        token_source: Any = None,
         *,
         pad_token_id: int,
         seed: int,

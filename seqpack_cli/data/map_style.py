@@ -26,7 +26,9 @@ class PackedDataset(PackedEpochs, Dataset):
 
     Args:
         source: `load_prepared(...)`'s result, or a `(templates, pools)` pair.
-        token_source: sequence id -> tokens (see `seqpack_cli.collate`).
+        token_source: sequence id -> tokens (see `seqpack_cli.collate`); None (the default):
+            the prepared directory's token store (`prepare --tokens-column`), with its labels or
+            loss mask unless `labels_source` / `loss_mask_source` is given.
         max_seq_len: row length; defaults to the prepared directory's (required for a pair).
         pad_token_id, label_pad_id, format, return_loss_weights, max_num_seqs, labels_source,
             loss_mask_source: as for `PackedCollator`.
@@ -40,7 +42,7 @@ class PackedDataset(PackedEpochs, Dataset):
     def __init__(
         self,
         source: Any,
-        token_source: Any,
+        token_source: Any = None,
         *,
         pad_token_id: int,
         seed: int,

@@ -75,6 +75,12 @@ class PrepareConfig:
     tuning: PoolTuning = field(default_factory=PoolTuning)
     """The sizes the pools pass works in (not a CLI option): tests shrink them."""
     over_cap: str | None = None
+    tokens_column: str | None = None
+    """A list column of token ids to store in the prepared directory too (`tokens/`)."""
+    labels_column: str | None = None
+    """With `tokens_column`: per-token labels to store beside them (`labels/`, signed)."""
+    loss_mask_column: str | None = None
+    """With `tokens_column`: a per-token 0/1 loss mask to store instead (`loss_mask/`)."""
 
     def __post_init__(self) -> None:
         with signals_held():  # the first import of DuckDB, which a signal must not cut short
@@ -116,3 +122,32 @@ class PrepareConfig:
         object.__setattr__(self, "over_cap", over_cap)
         object.__setattr__(self, "filter_over_cap", over_cap == "drop")
         object.__setattr__(self, "overwrite", bool(self.overwrite))
+        self._check_store_columns()
+
+    def _check_store_columns(self) -> None:
+        """The token store's columns: names, each once, labels or a mask only with tokens."""
+        named = {
+            name: getattr(self, name)
+            for name in ("tokens_column", "labels_column", "loss_mask_column")
+            if getattr(self, name) is not None
+        }
+        for name, value in named.items():
+            _column_name(value, name)
+        if self.labels_column is not None and self.loss_mask_column is not None:
+            raise ConfigError(
+                f"both {option('labels_column')} and {option('loss_mask_column')} are set; pass "
+                "one: labels (with -100 where no loss is taken) or a 0/1 loss mask"
+            )
+        if named and self.tokens_column is None:
+            extra = next(iter(named))
+            raise ConfigError(
+                f"{option(extra)} is set without {option('tokens_column')}; pass the token "
+                f"column too (e.g. {option('tokens_column')} input_ids)"
+            )
+        values = [*named.values(), *([self.id_column] if self.id_column else [])]
+        if len(set(values)) != len(values):
+            raise ConfigError(
+                f"the columns {option('tokens_column')}, {option('labels_column')}, "
+                f"{option('loss_mask_column')} and {option('id_column')} are {values}; each "
+                "must name a different column"
+            )

@@ -35,6 +35,7 @@ from seqpack_cli.prepared import (
     recover_siblings,
     templates_to_json,
 )
+from seqpack_cli.prepared.layout import TOKEN_STORE_KEY
 from seqpack_cli.progress import ProgressCallback
 
 __all__ = [
@@ -196,6 +197,47 @@ def _check_outside(output: Path, inputs: Sequence[str | os.PathLike[str]]) -> No
             )
 
 
+def _write_store(
+    writer: PreparedWriter, paths: Sequence[Path], config: PrepareConfig, kept: Mapping[int, int]
+) -> dict[str, Any]:
+    """With `tokens_column`: the token store written into the temporary directory, recorded in
+    the files table and checked against the pools (`token_store`); its manifest section."""
+    if config.tokens_column is None:
+        return {}
+    from seqpack_cli.prepare.token_store import write_token_store
+
+    writer.finish_pools()
+    columns = {
+        role: column
+        for role, column in (
+            ("tokens", config.tokens_column),
+            ("labels", config.labels_column),
+            ("loss_mask", config.loss_mask_column),
+        )
+        if column is not None
+    }
+    truncate = config.over_cap == "truncate"
+    section, names = write_token_store(
+        writer.tmp_path,
+        paths,
+        columns,
+        id_column=config.id_column,
+        length_column=config.length_column,
+        pools=PoolMap(writer.tmp_path, kept),
+        truncated_at=config.max_seq_len if truncate else None,
+    )
+    for name in names:
+        writer.record_file(name)
+    return section
+
+
+def _opened(store: Mapping[str, Any], root: Path) -> dict[str, Any]:
+    """The store's sources in `root` (memory-mapped), as `load_prepared` opens them."""
+    from seqpack_cli.token_sources import FlatTokenSource
+
+    return {role: FlatTokenSource.open(root / role) for role in store}
+
+
 def prepare_dataset(config: PrepareConfig, *, progress: ProgressCallback | None = None) -> Prepared:
     """Build the prepared directory `config.output` from parquet inputs; return it, as
     `load_prepared` would.
@@ -273,17 +315,25 @@ def prepare_dataset(config: PrepareConfig, *, progress: ProgressCallback | None 
         finally:
             close_connection(con)
         logger.info("pools written (%.2fs)", time.perf_counter() - started)
+        store = _write_store(writer, paths, config, kept)
         writer.write_bytes(COUNTS_NAME, counts_to_json(kept))
         writer.write_bytes(TEMPLATES_NAME, templates_to_json(templates))
         id_range = (scanned.id_min, scanned.id_max)
-        writer.commit(_manifest(config, files, kept, templates, stats, over_cap, id_range))
+        manifest = _manifest(config, files, kept, templates, stats, over_cap, id_range)
+        if store:
+            manifest[TOKEN_STORE_KEY] = store
+        sources = _opened(store, writer.tmp_path)  # mapped now: no race with a later run
+        writer.commit(manifest)
+        for role, source in sources.items():
+            source.path = output / role
         # What was written, from memory: reading the output again would race with the next run
         # replacing it.
         counts = {int(length): int(kept[length]) for length in sorted(kept)}
         written: Counter[tuple[int, ...]] = Counter()
         for template, multiplicity in templates.items():
             written[tuple(int(x) for x in template)] += int(multiplicity)
-        prepared = Prepared(output, writer.manifest, counts, written, PoolMap(output, counts))
+        pools = PoolMap(output, counts)
+        prepared = Prepared(output, writer.manifest, counts, written, pools, **sources)
     logger.info("wrote %s in %.2fs", output, time.perf_counter() - started)
     return prepared
 
@@ -298,4 +348,5 @@ def prepare_summary(prepared: Prepared, *, seconds: float) -> dict[str, Any]:
         **manifest["summary"],
         "config": manifest["config"],
         "inputs": inputs_overview(manifest),
+        **({TOKEN_STORE_KEY: manifest[TOKEN_STORE_KEY]} if TOKEN_STORE_KEY in manifest else {}),
     }

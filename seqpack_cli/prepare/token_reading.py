@@ -29,7 +29,9 @@ __all__ = [
     "IDS_BY_ROW_NAME",
     "TARGET_VALUES_PER_BATCH",
     "TokenInput",
+    "ValueRule",
     "choose_dtype",
+    "choose_signed_dtype",
     "inspect_token_inputs",
     "stream_token_lists",
 ]
@@ -54,6 +56,26 @@ class TokenInput:
     num_rows: int
     num_values: int  # the token column's leaf values (an estimate of its tokens)
     value_range: tuple[int, int] | None  # min/max token id by the statistics; None if unknown
+
+
+@dataclass(frozen=True)
+class ValueRule:
+    """How a column's values are named and checked: `what` names it in messages ("token column
+    'x'"); `allowed` narrows the dtype's range (a loss mask's (0, 1)), `outside` saying why;
+    `negative` is the fix for a negative value in an unsigned dtype; `allow_bool` admits lists
+    of booleans."""
+
+    what: str = "token"
+    allowed: tuple[int, int] | None = None
+    outside: str = ""
+    negative: str = (
+        "check that the column holds token ids (for labels with -100 pass "
+        f"{option('dtype')} 'int32')"
+    )
+    allow_bool: bool = False
+
+
+TOKENS = ValueRule()
 
 
 def _is_list(column_type: pa.DataType) -> bool:
@@ -88,7 +110,7 @@ def _statistics(metadata: pq.FileMetaData, column: str) -> tuple[int, tuple[int,
     return num_values, (int(low), int(high))
 
 
-def _inspect(path: Path, column: str, id_column: str | None) -> TokenInput:
+def _inspect(path: Path, column: str, id_column: str | None, rule: ValueRule) -> TokenInput:
     try:
         with pq.ParquetFile(path) as parquet:
             schema, metadata = parquet.schema_arrow, parquet.metadata
@@ -96,7 +118,7 @@ def _inspect(path: Path, column: str, id_column: str | None) -> TokenInput:
         raise InputError(
             f"cannot read {path} as parquet ({str(error).splitlines()[0]}); pass parquet files"
         ) from None
-    for role, name in (("token", column), ("id", id_column)):
+    for role, name in ((rule.what, column), ("id", id_column)):
         if name is None:
             continue
         flag = f" ({option('id_column')})" if role == "id" else ""
@@ -106,16 +128,19 @@ def _inspect(path: Path, column: str, id_column: str | None) -> TokenInput:
                 f"{', '.join(schema.names[:20])}; pass one of them"
             )
         kind = schema.field(name).type
-        if role == "token":
-            usable = _is_list(kind) and pa.types.is_integer(kind.value_type)
+        if role != "id":
+            value_type = kind.value_type if _is_list(kind) else None
+            usable = value_type is not None and (
+                pa.types.is_integer(value_type)
+                or (rule.allow_bool and pa.types.is_boolean(value_type))
+            )
         else:
             usable = pa.types.is_integer(kind)
         if not usable:
-            expected = (
-                "lists of integer token ids (e.g. TRL's input_ids)"
-                if role == "token"
-                else "unique integer ids"
-            )
+            expected = {
+                "id": "unique integer ids",
+                "token": "lists of integer token ids (e.g. TRL's input_ids)",
+            }.get(role, f"lists of integer {role} values, one per token")
             raise InputError(
                 f"{role} column {name!r}{flag} in {path} holds {kind} values; expected "
                 f"{expected}: pass the right column"
@@ -125,11 +150,11 @@ def _inspect(path: Path, column: str, id_column: str | None) -> TokenInput:
 
 
 def inspect_token_inputs(
-    paths: Sequence[Path], column: str, id_column: str | None
+    paths: Sequence[Path], column: str, id_column: str | None, rule: ValueRule = TOKENS
 ) -> list[TokenInput]:
     """Every input's footer; `InputError` for a file that is not parquet, a missing column, a
     token column that is not lists of integers, an id column that is not integers, or no rows."""
-    files = [_inspect(path, column, id_column) for path in paths]
+    files = [_inspect(path, column, id_column, rule) for path in paths]
     if not sum(file.num_rows for file in files):
         raise InputError(
             f"the {len(files)} input file(s) hold no rows (e.g. {files[0].path}); point it at "
@@ -165,28 +190,44 @@ def choose_dtype(files: Sequence[TokenInput], column: str) -> np.dtype[Any]:
     return next((kind for kind in _UNSIGNED if high <= np.iinfo(kind).max), _UNSIGNED[-1])
 
 
+def choose_signed_dtype(files: Sequence[TokenInput], column: str) -> np.dtype[Any]:
+    """int32, or int64 when the column's values (labels, -100 included) need more."""
+    low, high = 0, 0
+    for file in files:
+        if file.value_range is not None:
+            low, high = min(low, file.value_range[0]), max(high, file.value_range[1])
+            continue
+        for batch in _batches(file, [column]):  # no statistics: a pass over the column
+            found = pc.min_max(pc.list_flatten(batch.column(column))).as_py()
+            low = min(low, found["min"] if found["min"] is not None else 0)
+            high = max(high, found["max"] if found["max"] is not None else 0)
+    limits = np.iinfo(np.int32)
+    return np.dtype("<i4" if limits.min <= low and high <= limits.max else "<i8")
+
+
 def _row_of(lengths: np.ndarray, index: int) -> int:
     """The row (within the batch) holding value `index` of the flattened lists."""
     return int(np.searchsorted(np.cumsum(lengths), index, side="right"))
 
 
 def _token_lists(
-    array: pa.Array, file: TokenInput, column: str, first_row: int
+    array: pa.Array, file: TokenInput, column: str, first_row: int, what: str
 ) -> tuple[np.ndarray, np.ndarray]:
     """(lengths int64, values) of one batch's token lists; NULL lists and ids refused."""
     if array.null_count:
         row = first_row + int(np.flatnonzero(array.is_null().to_numpy(zero_copy_only=False))[0])
         raise InputError(
-            f"token column {column!r} is NULL in {file.path} at row {row} (0-based); every row "
-            "needs a token list: drop or fill NULL rows before tokenising and preparing"
+            f"{what} column {column!r} is NULL in {file.path} at row {row} (0-based); every row "
+            f"needs a {what} list: drop or fill NULL rows before tokenising and preparing"
         )
     lengths = pc.list_value_length(array).to_numpy(zero_copy_only=False).astype(np.int64)
     values = pc.list_flatten(array)
+    noun = "token id" if what == "token" else f"{what} value"
     if values.null_count:
         index = int(np.flatnonzero(values.is_null().to_numpy(zero_copy_only=False))[0])
         raise InputError(
-            f"token column {column!r} holds a NULL token id in {file.path} at row "
-            f"{first_row + _row_of(lengths, index)} (0-based); token ids are integers: fix the "
+            f"{what} column {column!r} holds a NULL {noun} in {file.path} at row "
+            f"{first_row + _row_of(lengths, index)} (0-based); {noun}s are integers: fix the "
             "tokenised data"
         )
     return lengths, values.to_numpy(zero_copy_only=False)
@@ -197,29 +238,30 @@ def _checked(
     lengths: np.ndarray,
     dtype: np.dtype[Any],
     where: tuple[TokenInput, str, int],
+    rule: ValueRule,
 ) -> np.ndarray:
-    """`values` as `dtype`, or `InputError` naming the first value it cannot hold."""
-    if values.size and not np.can_cast(values.dtype, dtype, "safe"):
-        limits = np.iinfo(dtype)
-        if values.min() < limits.min or values.max() > limits.max:
-            index = int(np.flatnonzero((values < limits.min) | (values > limits.max))[0])
-            file, column, first_row = where
-            value = int(values[index])
-            if value < 0 and limits.min == 0:
-                why = (
-                    "negative; token ids are >= 0: check that the column holds token ids (for "
-                    f"labels with -100 pass {option('dtype')} 'int32')"
-                )
-            else:
-                why = (
-                    f"outside {dtype.name} [{limits.min}, {limits.max}]; pass a wider "
-                    f"{option('dtype')} (e.g. 'uint32'), or leave it unset to pick one"
-                )
-            raise InputError(
-                f"token column {column!r} in {file.path} at row "
-                f"{first_row + _row_of(lengths, index)} (0-based) holds {value}, which is {why}"
-            )
-    return values.astype(dtype, copy=False)
+    """`values` as `dtype`, or `InputError` naming the first value it (or `rule`) refuses."""
+    limits = np.iinfo(dtype)
+    low, high = rule.allowed or (limits.min, limits.max)
+    checked = rule.allowed is not None or not np.can_cast(values.dtype, dtype, "safe")
+    if not (checked and values.size and (values.min() < low or values.max() > high)):
+        return values.astype(dtype, copy=False)
+    index = int(np.flatnonzero((values < low) | (values > high))[0])
+    file, column, first_row = where
+    value = int(values[index])
+    if rule.allowed is not None:
+        why = f"outside [{low}, {high}]; {rule.outside}"
+    elif value < 0 and limits.min == 0:
+        why = f"negative; token ids are >= 0: {rule.negative}"
+    else:
+        why = (
+            f"outside {dtype.name} [{limits.min}, {limits.max}]; pass a wider "
+            f"{option('dtype')} (e.g. 'uint32'), or leave it unset to pick one"
+        )
+    raise InputError(
+        f"{rule.what} column {column!r} in {file.path} at row "
+        f"{first_row + _row_of(lengths, index)} (0-based) holds {value}, which is {why}"
+    )
 
 
 def _ids(array: pa.Array, file: TokenInput, id_column: str, first_row: int) -> np.ndarray:
@@ -258,10 +300,11 @@ def stream_token_lists(
     column: str,
     id_column: str | None,
     dtype: np.dtype[Any],
+    rule: ValueRule = TOKENS,
 ) -> int:
     """Write `tokens.npy` (as `dtype`) and `offsets.npy` (int64) of every row of `files`, in
     order, into `directory`, and with `id_column` the ids in row order (`IDS_BY_ROW_NAME`);
-    return the number of tokens."""
+    return the number of tokens. `rule` names the column in messages and checks its values."""
     num_rows = sum(file.num_rows for file in files)
     columns = [column] if id_column is None else [column, id_column]
     num_tokens = 0
@@ -276,8 +319,8 @@ def stream_token_lists(
         for file in files:
             row = 0
             for batch in _batches(file, columns):
-                lengths, values = _token_lists(batch.column(column), file, column, row)
-                _write(tokens, _checked(values, lengths, dtype, (file, column, row)))
+                lengths, values = _token_lists(batch.column(column), file, column, row, rule.what)
+                _write(tokens, _checked(values, lengths, dtype, (file, column, row), rule))
                 ends = np.cumsum(lengths)
                 ends += num_tokens
                 _write(offsets, ends)

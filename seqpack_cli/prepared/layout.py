@@ -8,6 +8,11 @@ prepared/
   counts.json       {length: number of sequences}, lengths ascending
   templates.json    [[template_lengths, multiplicity], ...], templates descending
   pools/{length}.npy  int64 ids of that length, ascending
+  tokens/           only with `--tokens-column`: a token source directory (tokens.npy,
+                    offsets.npy, with an id column ids.npy and rows.npy, token_source.json) of
+                    every input row, in row order; `labels/` or `loss_mask/` beside it with
+                    `--labels-column` / `--loss-mask-column`. Listed in the manifest's
+                    `token_store` and its files table.
 ```
 """
 
@@ -27,7 +32,9 @@ __all__ = [
     "FORMAT_NAME",
     "FORMAT_VERSION",
     "MANIFEST_NAME",
+    "STORE_ROLES",
     "TEMPLATES_NAME",
+    "TOKEN_STORE_KEY",
     "Prepared",
     "counts_to_json",
     "templates_to_json",
@@ -41,6 +48,10 @@ FORMAT_VERSION = 1
 MANIFEST_NAME = "manifest.json"
 COUNTS_NAME = "counts.json"
 TEMPLATES_NAME = "templates.json"
+TOKEN_STORE_KEY = "token_store"
+"""The manifest section describing the token store: `{role: {"column", "dtype", ...}}`."""
+STORE_ROLES = ("tokens", "labels", "loss_mask")
+"""The token store's subdirectories (and the manifest's `token_store` keys)."""
 
 
 @dataclass(frozen=True, eq=False)
@@ -55,6 +66,12 @@ class Prepared:
     counts: dict[int, int]
     templates: Counter[tuple[int, ...]]
     pools: Mapping[int, np.ndarray] = field(repr=False)
+    tokens: Any = field(default=None, repr=False)
+    """The token store's tokens (a memory-mapped `FlatTokenSource`), None without a store."""
+    labels: Any = field(default=None, repr=False)
+    """The store's labels (`--labels-column`), or None."""
+    loss_mask: Any = field(default=None, repr=False)
+    """The store's loss mask (`--loss-mask-column`), or None."""
 
     @property
     def max_seq_len(self) -> int:

@@ -17,7 +17,13 @@ from pathlib import Path
 from typing import Any
 
 from seqpack_cli.errors import ConfigError, option
-from seqpack_cli.prepared.layout import COUNTS_NAME, FORMAT_NAME, MANIFEST_NAME, TEMPLATES_NAME
+from seqpack_cli.prepared.layout import (
+    COUNTS_NAME,
+    FORMAT_NAME,
+    MANIFEST_NAME,
+    STORE_ROLES,
+    TEMPLATES_NAME,
+)
 from seqpack_cli.prepared.pool_files import POOLS_DIR
 from seqpack_cli.prepared.siblings import name_max
 
@@ -55,6 +61,7 @@ def _manifest_problem(manifest_path: Path) -> str | None:
 
 
 _POOL_NAME = re.compile(r"-?\d+\.npy")
+_STORE_FILES = {"tokens.npy", "offsets.npy", "ids.npy", "rows.npy", "token_source.json"}
 
 
 def _foreign_entries(output: Path) -> list[str]:
@@ -65,6 +72,13 @@ def _foreign_entries(output: Path) -> list[str]:
         if entry.name in (MANIFEST_NAME, COUNTS_NAME, TEMPLATES_NAME) and entry.is_file(
             follow_symlinks=False
         ):
+            continue
+        if entry.name in STORE_ROLES and entry.is_dir(follow_symlinks=False):
+            foreign += [
+                f"{entry.name}/{item.name}"
+                for item in os.scandir(entry.path)
+                if item.name not in _STORE_FILES or not item.is_file(follow_symlinks=False)
+            ]
             continue
         if entry.name == POOLS_DIR and entry.is_dir(follow_symlinks=False):
             for pool in os.scandir(entry.path):

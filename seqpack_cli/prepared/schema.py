@@ -30,6 +30,7 @@ from seqpack_cli.prepared.layout import (
     FORMAT_NAME,
     FORMAT_VERSION,
     MANIFEST_NAME,
+    STORE_ROLES,
     TEMPLATES_NAME,
 )
 from seqpack_cli.prepared.pool_files import POOLS_DIR
@@ -49,6 +50,9 @@ MAX_INT = 2**63 - 1
 INT_RANGE_MAX = "2**63 - 1"
 _SHA256 = re.compile(r"[0-9a-f]{64}")
 _POOL_NAME = re.compile(rf"{POOLS_DIR}/([1-9][0-9]{{0,18}})\.npy")
+_STORE_NAME = re.compile(
+    rf"({'|'.join(STORE_ROLES)})/(tokens\.npy|offsets\.npy|ids\.npy|rows\.npy|token_source\.json)"
+)
 
 
 class _Invalid(Exception):
@@ -219,7 +223,9 @@ def _object_of(check_item: _Check) -> _Check:
 
 def _file_names(value: Any, where: str) -> None:
     for name in value:
-        if name not in (COUNTS_NAME, TEMPLATES_NAME) and not _POOL_NAME.fullmatch(name):
+        if name not in (COUNTS_NAME, TEMPLATES_NAME) and not (
+            _POOL_NAME.fullmatch(name) or _STORE_NAME.fullmatch(name)
+        ):
             raise _Invalid(
                 f"{_field(where)} lists {json.dumps(name)[:60]}, which is not a file of a prepared "
                 f"directory (expected {COUNTS_NAME}, {TEMPLATES_NAME} and {POOLS_DIR}/LENGTH.npy)"
@@ -227,6 +233,19 @@ def _file_names(value: Any, where: str) -> None:
     for name in (COUNTS_NAME, TEMPLATES_NAME):
         if name not in value:
             raise _Invalid(f"{_field(where)} does not list {name}")
+
+
+def _store_roles(value: Any, where: str) -> None:
+    for role in value:
+        if role not in STORE_ROLES:
+            raise _Invalid(
+                f"{_field(where)} has {json.dumps(role)[:60]}; expected only "
+                f"{', '.join(STORE_ROLES)}"
+            )
+    if "tokens" not in value:
+        raise _Invalid(f'{_field(where)} has no "tokens"')
+    if "labels" in value and "loss_mask" in value:
+        raise _Invalid(f'{_field(where)} has both "labels" and "loss_mask"')
 
 
 def _all(*checks: _Check) -> _Check:
@@ -243,6 +262,7 @@ _COUNT = _integer(0)
 _TOKEN_TOTAL = _integer(0, 2**127)
 _MAX_SEQ_LEN = _integer(1, MAX_SEQ_LEN_LIMIT)
 _ID = _integer(-MAX_INT - 1, nullable=True)
+_STORE_DTYPES = ("uint8", "uint16", "uint32", "uint64", "int8", "int16", "int32", "int64")
 
 # What `seqpack prepare` writes (seqpack_cli/prepare.py `_manifest`, writer.py `commit`).
 # format and format_version are checked first, by `check_manifest` itself.
@@ -328,6 +348,22 @@ _MANIFEST = _object(
             ),
         ),
         "stats": (False, _object_of(_number)),
+        "token_store": (
+            False,
+            _all(
+                _object_of(
+                    _object(
+                        {
+                            "column": (True, _string()),
+                            "dtype": (True, _string(choices=_STORE_DTYPES)),
+                            "num_sequences": (False, _COUNT),
+                            "num_tokens": (False, _COUNT),
+                        }
+                    )
+                ),
+                _store_roles,
+            ),
+        ),
         "files": (
             True,
             _all(

@@ -77,6 +77,7 @@ class PreparedWriter:
         self._files: dict[str, dict[str, Any]] = {}
         self._lock = threading.Lock()
         self._pool_files: BackgroundPoolFiles | None = None
+        self._pools_finished = False
         self._interrupts: Interrupts | None = None
         self._owns_interrupts = False
         self._replaced: Path | None = None
@@ -201,6 +202,26 @@ class PreparedWriter:
             raise self._write_error(error, name) from None
         self._record(name, len(data), hashlib.sha256(data).hexdigest())
 
+    def record_file(self, name: str) -> None:
+        """Record the size and sha256 of a file already written into `tmp_path` (relative
+        `name`, e.g. `tokens/tokens.npy`), read back in chunks."""
+        digest, size = hashlib.sha256(), 0
+        try:
+            with open(self.tmp_path / name, "rb") as handle:
+                while block := handle.read(1 << 22):
+                    digest.update(block)
+                    size += len(block)
+        except OSError as error:
+            raise self._write_error(error, name) from None
+        self._record(name, size, digest.hexdigest())
+
+    def finish_pools(self) -> None:
+        """Close the pool files and record them, before `commit` (which then does not again):
+        the pools can then be read from `tmp_path` (e.g. to check a token store against them)."""
+        if self._pool_files is not None and not self._pools_finished:
+            self._files.update(self._ready_pools().finish())
+            self._pools_finished = True
+
     def create_pool_files(self, counts: Mapping[int, int]) -> None:
         """Create every `pools/{length}.npy` (header included) in a background thread while the
         caller scans (`seqpack_cli.prepared.pool_creation`); `append_pool` then fills them."""
@@ -231,8 +252,7 @@ class PreparedWriter:
     def commit(self, manifest: Mapping[str, Any]) -> Path:
         """Write the manifest (with every file's size and sha256) last, then swap the directory
         into place in one step. The replaced copy, if any, is deleted when the block ends."""
-        if self._pool_files is not None:
-            self._files.update(self._ready_pools().finish())
+        self.finish_pools()
         shutil.rmtree(self.work_dir, ignore_errors=True)
         text = self._write_manifest(manifest)
         self._swap_in()
