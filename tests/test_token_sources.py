@@ -25,11 +25,11 @@ from hypothesis import strategies as st
 from seqpack_cli.errors import ConfigError, InputError
 from seqpack_cli.prepare import PrepareConfig, load_prepared, prepare_dataset, token_reading
 from seqpack_cli.prepare.token_files import check_token_source, write_token_source
+from seqpack_cli.prepared.alignment import check_pool_lengths
 from seqpack_cli.token_sources import (
     INFO_NAME,
     TOKENS_NAME,
     FlatTokenSource,
-    check_pool_lengths,
 )
 
 LIST_TYPES = [

@@ -37,6 +37,7 @@ from seqpack_cli.prepare.token_reading import (
 )
 from seqpack_cli.prepared import Prepared, load_prepared, recover_siblings
 from seqpack_cli.prepared import siblings as _siblings
+from seqpack_cli.prepared.alignment import check_pool_lengths
 from seqpack_cli.prepared.staging import Staging
 from seqpack_cli.token_sources import (
     IDS_NAME,
@@ -47,7 +48,6 @@ from seqpack_cli.token_sources import (
     TOKEN_SOURCE_VERSION,
     TOKENS_NAME,
     FlatTokenSource,
-    check_pool_lengths,
 )
 
 __all__ = ["ID_INDEX_BYTES_PER_ROW", "check_token_source", "write_token_source"]

@@ -31,13 +31,13 @@ from seqpack_cli.prepare.token_reading import (
     inspect_token_inputs,
     stream_token_lists,
 )
+from seqpack_cli.prepared.alignment import check_pool_lengths
 from seqpack_cli.token_sources import (
     IDS_NAME,
     INFO_NAME,
     OFFSETS_NAME,
     ROWS_NAME,
     FlatTokenSource,
-    check_pool_lengths,
 )
 
 __all__ = ["write_token_store"]

@@ -19,7 +19,8 @@ from pathlib import Path
 from typing import Any
 
 from seqpack_cli.prepared.layout import COUNTS_NAME, MANIFEST_NAME, TEMPLATES_NAME
-from seqpack_cli.prepared.schema import INT_RANGE_MAX, MAX_INT, show, unusable
+from seqpack_cli.prepared.schema import INT_RANGE_MAX, MAX_INT, unusable
+from seqpack_cli.prepared.strict_json import show
 
 __all__ = ["check_figures", "check_templates", "read_counts", "read_templates"]
 

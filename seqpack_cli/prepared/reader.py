@@ -32,32 +32,19 @@ from typing import Any
 import numpy as np
 
 from seqpack_cli.checks import check_int
-from seqpack_cli.errors import InputError, PreparedFormatError
+from seqpack_cli.errors import PreparedFormatError
 from seqpack_cli.prepared.consistency import (
     check_figures,
     check_templates,
     read_counts,
     read_templates,
 )
-from seqpack_cli.prepared.layout import (
-    COUNTS_NAME,
-    MANIFEST_NAME,
-    STORE_ROLES,
-    TEMPLATES_NAME,
-    TOKEN_STORE_KEY,
-    Prepared,
-)
+from seqpack_cli.prepared.layout import COUNTS_NAME, MANIFEST_NAME, TEMPLATES_NAME, Prepared
 from seqpack_cli.prepared.pool_files import POOL_DTYPE as _POOL_DTYPE
 from seqpack_cli.prepared.pool_files import POOLS_DIR, npy_header, pool_file_name
-from seqpack_cli.prepared.schema import check_manifest, parse_json, unusable
-from seqpack_cli.token_sources import (
-    IDS_NAME,
-    INFO_NAME,
-    OFFSETS_NAME,
-    ROWS_NAME,
-    TOKENS_NAME,
-    FlatTokenSource,
-)
+from seqpack_cli.prepared.schema import check_manifest, unusable
+from seqpack_cli.prepared.store import open_store
+from seqpack_cli.prepared.strict_json import parse_json
 
 __all__ = ["MAX_MAPPED_POOLS", "PoolMap", "load_prepared"]
 
@@ -326,38 +313,6 @@ def _read_contents(
     return counts, pairs
 
 
-def _open_store(root: Path, manifest: Mapping[str, Any]) -> dict[str, FlatTokenSource]:
-    """The token store's sources by role (memory-mapped), each listed in the files table (so
-    its sizes, and with verify its hashes, are checked) and as long as the inputs."""
-    store = manifest.get(TOKEN_STORE_KEY) or {}
-    sources: dict[str, FlatTokenSource] = {}
-    num_rows = manifest.get("inputs", {}).get("num_rows")
-    with_ids = manifest["config"].get("id_column") is not None
-    for role, entry in sorted(store.items(), key=lambda item: STORE_ROLES.index(item[0])):
-        names = [TOKENS_NAME, OFFSETS_NAME, INFO_NAME] + ([IDS_NAME, ROWS_NAME] if with_ids else [])
-        unlisted = [f"{role}/{name}" for name in names if f"{role}/{name}" not in manifest["files"]]
-        if unlisted:
-            raise unusable(root, f"the files table does not list {unlisted[0]} of the token store")
-        try:
-            source = FlatTokenSource.open(root / role)
-        except InputError as error:
-            raise unusable(root, f"its token store {role}/ cannot be opened ({error})") from None
-        tokens = sources.get("tokens", source)
-        if (
-            (num_rows is not None and len(source) != num_rows)
-            or source.tokens.dtype.name != entry["dtype"]
-            or (role != "tokens" and source.tokens.shape != tokens.tokens.shape)
-        ):
-            raise unusable(
-                root,
-                f"its token store {role}/ holds {len(source)} sequences, "
-                f"{source.tokens.shape[0]} {source.tokens.dtype} values, which disagrees with "
-                f"the manifest ({num_rows} input rows, {entry['dtype']}) or with tokens/",
-            )
-        sources[role] = source
-    return sources
-
-
 def load_prepared(
     path: str | os.PathLike[str],
     *,
@@ -396,7 +351,7 @@ def load_prepared(
         root, pairs, counts, config["max_seq_len"], config.get("max_seqs_per_bin")
     )
     check_figures(root, manifest, counts, templates)
-    store = _open_store(root, manifest)
+    store = open_store(root, manifest)
     pools = PoolMap(root, counts, mmap, max_mapped_pools=max_mapped_pools)
     if not mmap:
         for length in counts:

@@ -34,13 +34,12 @@ from seqpack_cli.prepared.layout import (
     TEMPLATES_NAME,
 )
 from seqpack_cli.prepared.pool_files import POOLS_DIR
+from seqpack_cli.prepared.strict_json import show
 
 __all__ = [
     "INT_RANGE_MAX",
     "MAX_INT",
     "check_manifest",
-    "parse_json",
-    "show",
     "unusable",
 ]
 
@@ -67,58 +66,6 @@ def unusable(path: Path, problem: str) -> PreparedFormatError:
     )
     error.problem = problem  # the bare problem, for callers that word their own fix
     return error
-
-
-# ---- JSON -------------------------------------------------------------------------------------
-
-
-def _unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
-    result = dict(pairs)
-    if len(result) != len(pairs):
-        seen: set[str] = set()
-        for key, _ in pairs:
-            if key in seen:
-                raise ValueError(f"key {key!r} appears twice in one object")
-            seen.add(key)
-    return result
-
-
-def _no_constant(name: str) -> NoReturn:
-    raise ValueError(f"{name} is not a JSON number")
-
-
-def parse_json(text: str) -> Any:
-    """Strict JSON: no NaN or Infinity, no key twice in one object. Raises ValueError (also for
-    nesting too deep to parse)."""
-    try:
-        return json.loads(text, object_pairs_hook=_unique_keys, parse_constant=_no_constant)
-    except RecursionError:
-        raise ValueError("nested too deeply") from None
-
-
-def _json_type(value: Any) -> str:
-    if value is None:
-        return "null"
-    if isinstance(value, bool):
-        return "boolean"
-    if isinstance(value, int):
-        return "integer"
-    if isinstance(value, float):
-        return "number"
-    if isinstance(value, str):
-        return "string"
-    return "array" if isinstance(value, list) else "object"
-
-
-def show(value: Any) -> str:
-    """A value as its JSON text (shortened) and JSON type, e.g. `true (boolean)`."""
-    try:
-        text = json.dumps(value)
-    except (ValueError, RecursionError):
-        text = "..."
-    if len(text) > 60:
-        text = text[:57] + "..."
-    return f"{text} ({_json_type(value)})"
 
 
 def _field(where: str) -> str:
