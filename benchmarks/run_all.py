@@ -16,6 +16,7 @@ SCRIPTS = [
     "bench_prepare.py",
     "bench_masking.py",
     "bench_streaming.py",
+    "bench_token_store.py",
 ]
 
 
