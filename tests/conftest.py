@@ -177,3 +177,19 @@ def same_batch(a: Mapping[str, Any], b: Mapping[str, Any]) -> bool:
         elif x != y:
             return False
     return True
+
+
+def next_fit_plan(lengths: list[int], max_seq_len: int) -> tuple[Counter, dict[int, np.ndarray]]:
+    """(templates, pools) by next-fit over the lengths sorted descending: any valid packing
+    will do for tests of what is built on a plan."""
+    templates: Counter = Counter()
+    current: list[int] = []
+    for length in sorted(lengths, reverse=True):
+        if sum(current) + length > max_seq_len:
+            templates[tuple(current)] += 1
+            current = []
+        current.append(length)
+    templates[tuple(current)] += 1
+    array = np.array(lengths)
+    pools = {length: np.flatnonzero(array == length).astype(np.int64) for length in set(lengths)}
+    return templates, pools

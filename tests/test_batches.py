@@ -12,7 +12,7 @@ from typing import Any
 
 import numpy as np
 import pytest
-from conftest import same_batch
+from conftest import next_fit_plan, same_batch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -37,18 +37,7 @@ def _corpus(num: int, seed: int) -> tuple[Counter, dict[int, np.ndarray], list[l
     """(templates, pools, tokens): next-fit templates over random lengths; every token of
     sequence i is i + 1 (0 is the padding), so a row tells which ids it holds."""
     lengths = np.random.default_rng(seed).integers(1, 20, num).tolist()
-    templates: Counter = Counter()
-    current: list[int] = []
-    for length in sorted(lengths, reverse=True):
-        if sum(current) + length > MAX_SEQ_LEN:
-            templates[tuple(current)] += 1
-            current = []
-        current.append(length)
-    templates[tuple(current)] += 1
-    pools = {
-        length: np.flatnonzero(np.array(lengths) == length).astype(np.int64)
-        for length in set(lengths)
-    }
+    templates, pools = next_fit_plan(lengths, MAX_SEQ_LEN)
     return templates, pools, [[i + 1] * length for i, length in enumerate(lengths)]
 
 

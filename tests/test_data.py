@@ -10,7 +10,7 @@ from typing import Any
 
 import numpy as np
 import pytest
-from conftest import same_batch
+from conftest import next_fit_plan, same_batch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -33,23 +33,6 @@ def _lengths(num: int = 60, seed: int = 0) -> list[int]:
     return rng.integers(1, 20, num).tolist()
 
 
-def _templates_and_pools(lengths: list[int]) -> tuple[Counter, dict[int, np.ndarray]]:
-    """Templates by next-fit over the lengths sorted descending (any valid packing will do)."""
-    templates: Counter = Counter()
-    current: list[int] = []
-    for length in sorted(lengths, reverse=True):
-        if sum(current) + length > MAX_SEQ_LEN:
-            templates[tuple(current)] += 1
-            current = []
-        current.append(length)
-    templates[tuple(current)] += 1
-    pools = {
-        length: np.flatnonzero(np.array(lengths) == length).astype(np.int64)
-        for length in set(lengths)
-    }
-    return templates, pools
-
-
 def _token_source(lengths: list[int]) -> list[list[int]]:
     # Every token of sequence i is i + 1 (0 is the padding), so a row tells which ids it holds.
     return [[i + 1] * length for i, length in enumerate(lengths)]
@@ -66,7 +49,7 @@ def _ids(row: dict[str, Any]) -> list[int]:
 @pytest.fixture
 def corpus() -> tuple[list[int], Counter, dict[int, np.ndarray], list[list[int]]]:
     lengths = _lengths()
-    templates, pools = _templates_and_pools(lengths)
+    templates, pools = next_fit_plan(lengths, MAX_SEQ_LEN)
     return lengths, templates, pools, _token_source(lengths)
 
 
@@ -198,7 +181,7 @@ def test_workers_split_a_rank_disjointly_in_interleaved_order(
     num_workers: int, world_size: int, start_fraction: float
 ) -> None:
     lengths = _lengths(40, seed=3)
-    templates, pools = _templates_and_pools(lengths)
+    templates, pools = next_fit_plan(lengths, MAX_SEQ_LEN)
     corpus = (lengths, templates, pools, _token_source(lengths))
     fake = _FakeWorkers()
     original = sharding_module.get_worker_info
@@ -392,7 +375,7 @@ def test_prepared_pools_are_reopened_not_pickled(corpus: Any, tmp_path: Any) -> 
     # Pickled for spawn-started workers: the memory-mapped pools are re-opened from the
     # directory on the other side, so the pickle does not carry the ids.
     lengths = _lengths(5000, seed=5)
-    templates, pools = _templates_and_pools(lengths)
+    templates, pools = next_fit_plan(lengths, MAX_SEQ_LEN)
     big = (lengths, templates, pools, _token_source(lengths))
     prepared = _write_prepared(big, tmp_path / "prepared")
     options = {"pad_token_id": PAD, "seed": 7, "max_seq_len": MAX_SEQ_LEN}
