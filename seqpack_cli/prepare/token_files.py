@@ -50,7 +50,14 @@ from seqpack_cli.token_sources import (
     FlatTokenSource,
 )
 
-__all__ = ["ID_INDEX_BYTES_PER_ROW", "check_token_source", "write_token_source"]
+__all__ = [
+    "ID_INDEX_BYTES_PER_ROW",
+    "check_token_source",
+    "row_locator",
+    "source_info",
+    "write_id_index",
+    "write_token_source",
+]
 
 logger = logging.getLogger(__name__)
 
@@ -132,7 +139,7 @@ def _move_into_place(staging: Staging, output: Path, *, overwrite: bool) -> Path
 # ---- the id index ------------------------------------------------------------------------------
 
 
-def _locator(files: Sequence[dict[str, Any]]) -> Callable[[int], str]:
+def row_locator(files: Sequence[dict[str, Any]]) -> Callable[[int], str]:
     """Global row -> "FILE at row R (0-based)"."""
     ends = np.cumsum([file["num_rows"] for file in files])
 
@@ -144,7 +151,7 @@ def _locator(files: Sequence[dict[str, Any]]) -> Callable[[int], str]:
     return locate
 
 
-def _write_id_index(directory: Path, id_column: str, locate: Callable[[int], str]) -> None:
+def write_id_index(directory: Path, id_column: str, locate: Callable[[int], str]) -> None:
     """ids.npy (the ids ascending) and rows.npy (the row of each) from the ids in row order;
     `InputError` for an id held twice. Sorted in memory (`ID_INDEX_BYTES_PER_ROW`)."""
     by_row = directory / IDS_BY_ROW_NAME
@@ -208,7 +215,7 @@ def _check_against(
     locate: Callable[[int], str] | None = None
     files = info.get("inputs", {}).get("files")
     if files and hasattr(source, "find_rows"):
-        locate_row = _locator(files)
+        locate_row = row_locator(files)
         locate = lambda seq_id: locate_row(int(source.find_rows(np.array([seq_id]))[0]))  # noqa: E731
 
     return check_pool_lengths(
@@ -246,7 +253,7 @@ def _check_arguments(column: Any, id_column: Any, dtype: Any) -> np.dtype[Any] |
     return chosen.newbyteorder("<") if chosen.itemsize > 1 else chosen
 
 
-def _info(
+def source_info(
     column: str, id_column: str | None, dtype: np.dtype[Any], files: Sequence[TokenInput], n: int
 ) -> dict[str, Any]:
     return {
@@ -330,9 +337,9 @@ def write_token_source(
                 f"a writable {option('output')}"
             ) from None
         num_tokens = stream_token_lists(staging.path, files, column, id_column, chosen)
-        info = _info(column, id_column, chosen, files, num_tokens)
+        info = source_info(column, id_column, chosen, files, num_tokens)
         if id_column is not None:
-            _write_id_index(staging.path, id_column, _locator(info["inputs"]["files"]))
+            write_id_index(staging.path, id_column, row_locator(info["inputs"]["files"]))
         (staging.path / INFO_NAME).write_text(json.dumps(info, indent=1) + "\n", "utf-8")
         if prepared is not None:
             _check_against(FlatTokenSource.open(staging.path), prepared, output)

@@ -23,7 +23,7 @@ from typing import Any
 import numpy as np
 
 from seqpack_cli.errors import InputError, option
-from seqpack_cli.prepare.token_files import _info, _locator, _write_id_index
+from seqpack_cli.prepare.token_files import row_locator, source_info, write_id_index
 from seqpack_cli.prepare.token_reading import (
     ValueRule,
     choose_dtype,
@@ -147,11 +147,11 @@ def write_token_store(
         root.mkdir()
         scan_ids = id_column if role == "tokens" else None
         num_tokens = stream_token_lists(root, files, column, scan_ids, dtype, rule)
-        info = _info(column, id_column, dtype, files, num_tokens)
+        info = source_info(column, id_column, dtype, files, num_tokens)
         if role == "tokens":
-            locate = _locator(info["inputs"]["files"])
+            locate = row_locator(info["inputs"]["files"])
             if id_column is not None:
-                _write_id_index(root, id_column, locate)
+                write_id_index(root, id_column, locate)
         else:
             _check_same_lengths(root, role, columns, locate, tokens_dir)
             if id_column is not None:
