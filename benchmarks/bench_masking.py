@@ -186,15 +186,8 @@ def bench_collation(num_rows: int, max_seq_len: int, num_batches: int) -> None:
                 collator = PackedCollator(source, max_seq_len, 0, format=fmt)
                 for batch_bins in batches:  # warm-up pass: page in the memmap, allocator
                     collator(batch_bins)
-                start = time.perf_counter()
-                for batch_bins in batches:
-                    collator(batch_bins)
-                seconds = time.perf_counter() - start
-                rows = len(batches) * num_rows
-                print(
-                    f"{source_name:<22} {fmt:<13} {rows / seconds:>10.0f} "
-                    f"{num_tokens / seconds / 1e6:>10.1f} {seconds / len(batches) * 1e3:>9.2f}"
-                )
+                seconds = _timed(collator, batches)
+                _collation_row(source_name, fmt, seconds, len(batches), num_rows, num_tokens)
 
         _bench_hf_peer(batches, flat, offsets, num_rows, num_tokens)
 
@@ -214,14 +207,26 @@ def _bench_hf_peer(
         for batch in batches
     ]
     peer(features[0])  # warm-up
+    seconds = _timed(peer, features)
+    _collation_row(
+        "lists (its input)", "HF flattening", seconds, len(batches), num_rows, num_tokens
+    )
+
+
+def _timed(collate: Callable[[Any], Any], batches: list) -> float:
     start = time.perf_counter()
-    for batch_features in features:
-        peer(batch_features)
-    seconds = time.perf_counter() - start
-    rows = len(batches) * num_rows
+    for batch in batches:
+        collate(batch)
+    return time.perf_counter() - start
+
+
+def _collation_row(
+    source: str, method: str, seconds: float, num_batches: int, num_rows: int, num_tokens: int
+) -> None:
+    rows = num_batches * num_rows
     print(
-        f"{'lists (its input)':<22} {'HF flattening':<13} {rows / seconds:>10.0f} "
-        f"{num_tokens / seconds / 1e6:>10.1f} {seconds / len(batches) * 1e3:>9.2f}"
+        f"{source:<22} {method:<13} {rows / seconds:>10.0f} "
+        f"{num_tokens / seconds / 1e6:>10.1f} {seconds / num_batches * 1e3:>9.2f}"
     )
 
 

@@ -193,3 +193,28 @@ def next_fit_plan(lengths: list[int], max_seq_len: int) -> tuple[Counter, dict[i
     array = np.array(lengths)
     pools = {length: np.flatnonzero(array == length).astype(np.int64) for length in set(lengths)}
     return templates, pools
+
+
+def simulated_workers(
+    dataset: Any, num_workers: int, item: Any = lambda x: x
+) -> tuple[list[list[Any]], list[Any]]:
+    """`dataset` iterated as each of `num_workers` DataLoader workers would iterate it, in this
+    process (`seqpack_cli.sharding.get_worker_info` stands in for torch's): (each worker's
+    items, mapped by `item`; all of them merged round-robin, as torch's in-order DataLoader
+    yields them)."""
+    from types import SimpleNamespace
+
+    from seqpack_cli import sharding
+
+    original = sharding.get_worker_info
+    streams = []
+    try:
+        for worker in range(num_workers):
+            info = SimpleNamespace(num_workers=num_workers, id=worker)
+            sharding.get_worker_info = lambda info=info: info  # type: ignore[assignment]
+            streams.append([item(x) for x in dataset])
+    finally:
+        sharding.get_worker_info = original  # type: ignore[assignment]
+    longest = max(map(len, streams), default=0)
+    merged = [s[i] for i in range(longest) for s in streams if i < len(s)]
+    return streams, merged

@@ -7,19 +7,17 @@ import warnings
 from collections import Counter
 from collections.abc import Callable
 from functools import partial
-from types import SimpleNamespace
 from typing import Any
 
 import numpy as np
 import pytest
-from conftest import next_fit_plan, same_batch
+from conftest import next_fit_plan, same_batch, simulated_workers
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 torch = pytest.importorskip("torch")
 from torch.utils.data import DataLoader  # noqa: E402
 
-import seqpack_cli.sharding as sharding_module  # noqa: E402
 from seqpack_cli.collate import PackedCollator  # noqa: E402
 from seqpack_cli.data import PackedDataLoader, PackedIterableDataset  # noqa: E402
 from seqpack_cli.epoch.plan import EpochPlan  # noqa: E402
@@ -115,16 +113,6 @@ def test_batch_size_is_checked() -> None:
 # ---- every bin once, in order, across ranks and workers (workers simulated, many cases) -------
 
 
-class _FakeWorkers:
-    """Stands in for torch's get_worker_info, to run worker w of W in this process."""
-
-    def __init__(self) -> None:
-        self.info: Any = None
-
-    def __call__(self) -> Any:
-        return self.info
-
-
 def _expected_epoch(
     corpus: Any, epoch: int, world_size: int, drop_last: bool, stop: Callable[[int], int]
 ) -> Counter:
@@ -162,43 +150,27 @@ def test_every_bin_once_across_ranks_and_workers(
 ) -> None:
     corpus = _corpus(num, seed=num)
     options = {"batch_size": batch_size, "drop_remainder": drop_remainder, "drop_last": drop_last}
-    fake = _FakeWorkers()
-    original = sharding_module.get_worker_info
-    sharding_module.get_worker_info = fake
     seen: Counter = Counter()
-    try:
-        for rank in range(world_size):
-            ds = _dataset(corpus, rank=rank, world_size=world_size, epoch=1, **options)
-            # Resume after k whole batches, as a state saved after step k says.
-            num_batches = len(ds)
-            k = int(resume_fraction * num_batches)
-            consumed = min(k * batch_size, ds.num_bins)  # the last batch may be short
-            ds.load_state_dict({**ds.state_dict(), "num_bins_consumed": consumed})
-            assert len(ds) == num_batches - k
-            streams = []
-            for worker in range(num_workers):
-                fake.info = SimpleNamespace(num_workers=num_workers, id=worker)
-                streams.append([_rows(batch) for batch in ds])
-            # Round-robin over the workers, as torch's in-order DataLoader does.
-            merged = [
-                s[i]
-                for i in range(max(map(len, streams), default=0))
-                for s in streams
-                if i < len(s)
-            ]
-            assert len(merged) == num_batches - k == sum(map(len, streams))
-            plan = _plan(corpus, 1, rank=rank, world_size=world_size, drop_last=drop_last)
-            stop = len(plan) // batch_size * batch_size if drop_remainder else len(plan)
-            head = [tuple(b) for b in plan.bins(0, consumed)]
-            tail = [row for batch in merged for row in batch]
-            # The rank's bins, in order, each batch B consecutive ones (only the last shorter).
-            assert tail == [tuple(b) for b in plan.bins(consumed, stop)]
-            assert all(len(batch) == batch_size for batch in merged[:-1])
-            if drop_remainder:
-                assert all(len(batch) == batch_size for batch in merged)
-            seen.update(head + tail)
-    finally:
-        sharding_module.get_worker_info = original
+    for rank in range(world_size):
+        ds = _dataset(corpus, rank=rank, world_size=world_size, epoch=1, **options)
+        # Resume after k whole batches, as a state saved after step k says.
+        num_batches = len(ds)
+        k = int(resume_fraction * num_batches)
+        consumed = min(k * batch_size, ds.num_bins)  # the last batch may be short
+        ds.load_state_dict({**ds.state_dict(), "num_bins_consumed": consumed})
+        assert len(ds) == num_batches - k
+        streams, merged = simulated_workers(ds, num_workers, _rows)
+        assert len(merged) == num_batches - k == sum(map(len, streams))
+        plan = _plan(corpus, 1, rank=rank, world_size=world_size, drop_last=drop_last)
+        stop = len(plan) // batch_size * batch_size if drop_remainder else len(plan)
+        head = [tuple(b) for b in plan.bins(0, consumed)]
+        tail = [row for batch in merged for row in batch]
+        # The rank's bins, in order, each batch B consecutive ones (only the last shorter).
+        assert tail == [tuple(b) for b in plan.bins(consumed, stop)]
+        assert all(len(batch) == batch_size for batch in merged[:-1])
+        if drop_remainder:
+            assert all(len(batch) == batch_size for batch in merged)
+        seen.update(head + tail)
 
     def rank_stop(n: int) -> int:
         return n // batch_size * batch_size if drop_remainder else n

@@ -10,7 +10,7 @@ from typing import Any
 
 import numpy as np
 import pytest
-from conftest import next_fit_plan, same_batch
+from conftest import next_fit_plan, same_batch, simulated_workers
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -161,16 +161,6 @@ def test_two_ranks_two_workers_cover_the_epoch_once(corpus: Any, drop_last: bool
         assert sum(len(rows) for rows in per_rank) == num_bins + num_bins % 2
 
 
-class _FakeWorkers:
-    """Stands in for torch's get_worker_info, to run worker w of W in this process."""
-
-    def __init__(self) -> None:
-        self.info: Any = None
-
-    def __call__(self) -> Any:
-        return self.info
-
-
 @settings(max_examples=20, deadline=None)
 @given(
     num_workers=st.integers(1, 5),
@@ -183,30 +173,14 @@ def test_workers_split_a_rank_disjointly_in_interleaved_order(
     lengths = _lengths(40, seed=3)
     templates, pools = next_fit_plan(lengths, MAX_SEQ_LEN)
     corpus = (lengths, templates, pools, _token_source(lengths))
-    fake = _FakeWorkers()
-    original = sharding_module.get_worker_info
-    sharding_module.get_worker_info = fake  # type: ignore[assignment]
-    try:
-        for rank in range(world_size):
-            ds = _iterable(corpus, rank=rank, world_size=world_size)
-            start = int(start_fraction * ds.num_bins)
-            ds.load_state_dict({**ds.state_dict(), "num_bins_consumed": start})
-            streams = []
-            for worker in range(num_workers):
-                fake.info = SimpleNamespace(num_workers=num_workers, id=worker)
-                streams.append([_ids(row) for row in ds])
-            # Round-robin over the workers, as torch's in-order DataLoader does.
-            merged = [
-                s[i]
-                for i in range(max(map(len, streams), default=0))
-                for s in streams
-                if i < len(s)
-            ]
-            plan = _plan(corpus, rank=rank, world_size=world_size)
-            assert merged == [plan[k] for k in range(start, len(plan))]
-            assert sum(map(len, streams)) == len(plan) - start == len(ds)
-    finally:
-        sharding_module.get_worker_info = original  # type: ignore[assignment]
+    for rank in range(world_size):
+        ds = _iterable(corpus, rank=rank, world_size=world_size)
+        start = int(start_fraction * ds.num_bins)
+        ds.load_state_dict({**ds.state_dict(), "num_bins_consumed": start})
+        streams, merged = simulated_workers(ds, num_workers, _ids)
+        plan = _plan(corpus, rank=rank, world_size=world_size)
+        assert merged == [plan[k] for k in range(start, len(plan))]
+        assert sum(map(len, streams)) == len(plan) - start == len(ds)
 
 
 def test_rank_and_world_size_default_to_torch_distributed(
