@@ -4,12 +4,17 @@ and packed rows per second from the store.
 A TRL-style dataset (parquet, an `input_ids` list column, lognormal lengths up to 8192, ~540
 tokens per row on average) is generated once into a cache folder, in row groups. Then, in one run:
 
-- DuckDB's time to read the token column (`SELECT sum(len(input_ids))`, a fresh process, best
-  of 3) against `seqpack prepare --length-column input_ids --tokens-column input_ids` as a
-  process (best of --repeat), and that command's peak RSS (ru_maxrss from wait4);
+- DuckDB's time to read the token column (`SELECT sum(len(input_ids))`, a fresh process)
+  against `seqpack prepare --length-column input_ids --tokens-column input_ids` as a process,
+  --repeat rounds of both, interleaved (a machine shared with other work slows both alike): the
+  best of each, the ratio of each round, the CPU time (user + system) and the peak RSS
+  (ru_maxrss from wait4), and the job's phases (its LOGLEVEL=INFO lines); with --two-passes,
+  the same for the two-pass path (DuckDB's histogram and pools passes, then the store), which
+  prepare takes without a token store;
 - rows per second of `PackedDataset(prepared, pad_token_id=0, seed=0, format=...)` over the
-  store (8192-token rows, one row per item, one core), and the growth of the process's RSS
-  over the pass, anonymous memory only (the store is memory-mapped: its pages are the page
+  store (8192-token rows, one row per item, one core; each format its own rows, read twice:
+  as the page cache has them, then again from memory), and the growth of the process's RSS
+  over the reads, anonymous memory only (the store is memory-mapped: its pages are the page
   cache's, and what the process allocates should not follow the dataset's size).
 
 Targets (issue 12): prepare within 3x DuckDB's read, peak RSS < 2 GiB; >= 5,000 rows/s.
@@ -17,6 +22,9 @@ Targets (issue 12): prepare within 3x DuckDB's read, peak RSS < 2 GiB; >= 5,000 
     python benchmarks/bench_token_store.py                # 1e6 rows
     python benchmarks/bench_token_store.py --rows 2e5     # smaller
     python benchmarks/bench_token_store.py --quick        # 2e4 rows, a smoke test
+    python benchmarks/bench_token_store.py --two-passes   # the two-pass path too
+    python benchmarks/bench_token_store.py --rows 1e7 --repeat 1 --keep   # ~11 GB + ~11 GB
+    python benchmarks/bench_token_store.py --rows 1e7 --read-only         # read the kept store
 """
 
 from __future__ import annotations
@@ -27,6 +35,7 @@ import shutil
 import subprocess
 import sys
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -38,6 +47,15 @@ ROW_GROUP = 1 << 16
 TARGET_RATIO = 3.0
 TARGET_RSS_MIB = 2048
 TARGET_ROWS_PER_SECOND = 5000
+DUCKDB_READ = (
+    "import duckdb, sys; duckdb.connect().sql('SELECT sum(len(input_ids)) FROM "
+    "read_parquet($p)', params={'p': sys.argv[1:]}).fetchall()"
+)
+TWO_PASSES = (  # `seqpack prepare` with the one pass giving up at once: the two DuckDB passes
+    "import sys; from seqpack_cli.prepare import one_pass as m; "
+    "m.read_in_one_pass = lambda *a, **k: m.Fallback(m.Fault('benchmark')); "
+    "from seqpack_cli.cli import app; sys.argv[0] = 'seqpack'; app()"
+)
 
 
 def generate(folder: Path, num_rows: int, num_files: int = 4) -> None:
@@ -62,19 +80,28 @@ def generate(folder: Path, num_rows: int, num_files: int = 4) -> None:
     marker.touch()
 
 
-def best_process(command: list[str], repeat: int) -> tuple[float, float]:
-    """(best wall seconds, largest peak RSS in MiB) of `command` run `repeat` times."""
-    best, peak = float("inf"), 0.0
-    for _ in range(repeat):
-        os.sync()
-        started = time.perf_counter()
-        process = subprocess.Popen(command, stdout=subprocess.DEVNULL)
-        _, status, usage = os.wait4(process.pid, 0)
-        if os.waitstatus_to_exitcode(status):
-            raise SystemExit(f"failed: {' '.join(command)}")
-        best = min(best, time.perf_counter() - started)
-        peak = max(peak, usage.ru_maxrss / 1024)
-    return best, peak
+@dataclass
+class Run:
+    """One process: wall seconds, CPU seconds (user + system) and peak RSS in MiB."""
+
+    seconds: float
+    cpu: float
+    peak_mib: float
+    log: str = ""
+
+
+def run_process(command: list[str], env: dict[str, str] | None = None) -> Run:
+    os.sync()  # no dirty pages of an earlier run are written back during this one
+    started = time.perf_counter()
+    process = subprocess.Popen(
+        command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env=env, text=True
+    )
+    _, status, usage = os.wait4(process.pid, 0)
+    seconds = time.perf_counter() - started
+    log = process.stderr.read() if process.stderr else ""
+    if os.waitstatus_to_exitcode(status):
+        raise SystemExit(f"failed: {' '.join(command)}\n{log}")
+    return Run(seconds, usage.ru_utime + usage.ru_stime, usage.ru_maxrss / 1024, log)
 
 
 def anonymous_rss_mib() -> float:
@@ -87,20 +114,74 @@ def anonymous_rss_mib() -> float:
     return float("nan")
 
 
-def rows_per_second(prepared_dir: Path, fmt: str, num_rows: int) -> tuple[float, float]:
+def rows_per_second(
+    prepared_dir: Path, fmt: str, first: int, num_rows: int
+) -> tuple[float, float, float]:
+    """(rows/s reading rows first .. first + num_rows - 1 once, rows/s reading them again, the
+    growth of anonymous RSS over both): the first read finds the store's pages wherever the page
+    cache has them (a just-written store: in memory; a cold one: on disk), the second in memory."""
     from seqpack_cli import load_prepared
     from seqpack_cli.data import PackedDataset
 
     dataset = PackedDataset(load_prepared(prepared_dir), pad_token_id=0, seed=0, format=fmt)
-    rows = min(num_rows, len(dataset))
-    for k in range(min(200, rows)):  # warm-up: imports, allocator
+    first = min(first, max(0, len(dataset) - num_rows))
+    rows = range(first, min(first + num_rows, len(dataset)))
+    for k in range(min(200, len(dataset))):  # warm-up: imports, allocator
         dataset[k]
     before = anonymous_rss_mib()
-    started = time.perf_counter()
-    for k in range(rows):
-        dataset[k]
-    seconds = time.perf_counter() - started
-    return rows / seconds, anonymous_rss_mib() - before
+    rates = []
+    for _ in range(2):
+        started = time.perf_counter()
+        for k in rows:
+            dataset[k]
+        rates.append(len(rows) / (time.perf_counter() - started))
+    return rates[0], rates[1], anonymous_rss_mib() - before
+
+
+def time_prepare(data: Path, output: Path, *, repeat: int, two_passes: bool) -> None:
+    """DuckDB's read against `seqpack prepare` (and the two passes), interleaved; the table."""
+    files = sorted(str(p) for p in data.glob("*.parquet"))
+    duckdb_read = [sys.executable, "-c", DUCKDB_READ, *files]
+    prepare_args = [
+        "prepare", str(data), "--length-column", "input_ids", "--tokens-column", "input_ids",
+        "--max-seq-len", str(MAX_SEQ_LEN), "--output", str(output), "--overwrite", "--quiet",
+    ]  # fmt: skip
+    commands = {"one pass": [str(Path(sys.executable).parent / "seqpack"), *prepare_args]}
+    if two_passes:
+        commands["two passes"] = [sys.executable, "-c", TWO_PASSES, *prepare_args]
+    env = {**os.environ, "LOGLEVEL": "INFO"}
+    runs: dict[str, list[Run]] = {"duckdb": [], **{name: [] for name in commands}}
+    # Interleaved, so that a machine shared with other work slows every command alike.
+    for _ in range(repeat):
+        runs["duckdb"].append(run_process(duckdb_read))
+        for name, command in commands.items():
+            runs[name].append(run_process(command, env))
+    print(
+        f"\n{'':<36} {'seconds':>8} {'CPU s':>7} {'vs DuckDB':>9} {'each round':>18} "
+        f"{'peak RSS':>9}"
+    )
+    duckdb = runs["duckdb"]
+    best_read = min(run.seconds for run in duckdb)
+    print(
+        f"{'DuckDB sum(len(input_ids))':<36} {best_read:>8.2f} "
+        f"{min(run.cpu for run in duckdb):>7.2f} {'1.0x':>9}"
+    )
+    for name in commands:
+        best = min(runs[name], key=lambda run: run.seconds)
+        rounds = " ".join(
+            f"{run.seconds / read.seconds:.1f}x"
+            for run, read in zip(runs[name], duckdb, strict=True)
+        )
+        print(
+            f"{'seqpack prepare (' + name + ')':<36} {best.seconds:>8.2f} "
+            f"{min(run.cpu for run in runs[name]):>7.2f} {best.seconds / best_read:>8.1f}x "
+            f"{rounds:>18} {max(run.peak_mib for run in runs[name]):>5.0f} MiB"
+        )
+    for name in commands:
+        best = min(runs[name], key=lambda run: run.seconds)
+        lines = [line for line in best.log.splitlines() if line.startswith("INFO")]
+        print(f"\nphases of the fastest {name} run (LOGLEVEL=INFO):")
+        print("\n".join(f"  {line[5:]}" for line in lines))
 
 
 def main() -> int:
@@ -108,8 +189,15 @@ def main() -> int:
     parser.add_argument("--rows", type=float, default=1e6)
     parser.add_argument("--quick", action="store_true", help="2e4 rows")
     parser.add_argument("--cache", type=Path, default=Path("/tmp/seqpack_bench_tokens"))
-    parser.add_argument("--repeat", type=int, default=2)
+    parser.add_argument("--repeat", type=int, default=3, help="rounds of DuckDB and prepare")
     parser.add_argument("--read-rows", type=int, default=20_000, help="rows read per format")
+    parser.add_argument(
+        "--two-passes", action="store_true", help="also time the two-pass path (no one pass)"
+    )
+    parser.add_argument("--keep", action="store_true", help="keep the prepared directory")
+    parser.add_argument(
+        "--read-only", action="store_true", help="only read the kept prepared directory"
+    )
     args = parser.parse_args()
     num_rows = 20_000 if args.quick else int(args.rows)
     data = args.cache / f"rows-{num_rows}"
@@ -119,35 +207,27 @@ def main() -> int:
     seconds = time.perf_counter() - started
     print(f"{num_rows:,} rows ({size:,.0f} MiB of parquet) ready in {seconds:.1f} s")
 
-    files = sorted(str(p) for p in data.glob("*.parquet"))
-    duckdb_read = (
-        "import duckdb, sys; duckdb.connect().sql('SELECT sum(len(input_ids)) FROM "
-        "read_parquet($p)', params={'p': sys.argv[1:]}).fetchall()"
-    )
-    read_seconds, _ = best_process([sys.executable, "-c", duckdb_read, *files], 3)
     output = args.cache / f"prepared-{num_rows}"
-    seqpack = str(Path(sys.executable).parent / "seqpack")
-    prepare = [
-        seqpack, "prepare", str(data), "--length-column", "input_ids", "--tokens-column",
-        "input_ids", "--max-seq-len", str(MAX_SEQ_LEN), "--output", str(output), "--overwrite",
-        "--quiet",
-    ]  # fmt: skip
-    prepare_seconds, peak = best_process(prepare, args.repeat)
+    if args.read_only:
+        if not output.is_dir():
+            raise SystemExit(f"{output} does not exist: run without --read-only first (--keep)")
+    else:
+        time_prepare(data, output, repeat=args.repeat, two_passes=args.two_passes)
     print(
-        f"\n{'':<34} {'seconds':>8} {'vs DuckDB':>9} {'peak RSS':>9}\n"
-        f"{'DuckDB sum(len(input_ids))':<34} {read_seconds:>8.2f} {'1.0x':>9}\n"
-        f"{'seqpack prepare --tokens-column':<34} {prepare_seconds:>8.2f} "
-        f"{prepare_seconds / read_seconds:>8.1f}x {peak:>5.0f} MiB"
+        f"\n{'PackedDataset from the store':<34} {'rows/s':>8} {'again':>8} {'anon RSS growth':>16}"
     )
-    print(f"\n{'PackedDataset from the store':<34} {'rows/s':>8} {'anon RSS growth':>16}")
-    for fmt in ("padding_free", "hf", "padded"):
-        rate, growth = rows_per_second(output, fmt, args.read_rows)
-        print(f"  format={fmt!r:<25} {rate:>8,.0f} {growth:>12.0f} MiB")
+    for number, fmt in enumerate(("padding_free", "hf", "padded")):
+        # Each format reads rows of its own, so none finds pages another one read.
+        first, again, growth = rows_per_second(
+            output, fmt, (number + 1) * args.read_rows, args.read_rows
+        )
+        print(f"  format={fmt!r:<25} {first:>8,.0f} {again:>8,.0f} {growth:>12.0f} MiB")
     print(
         f"\ntargets: prepare <= {TARGET_RATIO:.0f}x DuckDB's read, peak RSS < {TARGET_RSS_MIB} "
         f"MiB; >= {TARGET_ROWS_PER_SECOND:,} rows/s of {MAX_SEQ_LEN} tokens"
     )
-    shutil.rmtree(output)
+    if not (args.keep or args.read_only):
+        shutil.rmtree(output)
     return 0
 
 

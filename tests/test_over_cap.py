@@ -67,7 +67,7 @@ def _expected(lengths, ids, cap: int, policy: str) -> dict[int, list[int]]:
 
 
 def test_over_cap_defaults_to_error_and_filter_over_cap_is_drop(tmp_path: Path) -> None:
-    assert OVER_CAP == ("error", "drop", "truncate")
+    assert OVER_CAP == ("error", "drop", "truncate", "split")
     config = small_config(tmp_path)
     assert (config.over_cap, config.filter_over_cap) == ("error", False)
     config = small_config(tmp_path, filter_over_cap=True)
@@ -83,10 +83,14 @@ def test_over_cap_defaults_to_error_and_filter_over_cap_is_drop(tmp_path: Path) 
 @pytest.mark.parametrize(
     ("changes", "message"),
     [
-        ({"over_cap": "wrap"}, "over_cap is 'wrap'; expected one of error, drop, truncate"),
-        ({"over_cap": "Drop"}, "over_cap is 'Drop'; expected one of error, drop, truncate"),
-        ({"over_cap": 1}, "over_cap is 1; expected one of error, drop, truncate"),
-        ({"over_cap": "split"}, "split needs a token store, not in seqpack yet"),
+        ({"over_cap": "wrap"}, "over_cap is 'wrap'; expected one of error, drop, truncate, split"),
+        ({"over_cap": "Drop"}, "over_cap is 'Drop'; expected one of error, drop, truncate, split"),
+        ({"over_cap": 1}, "over_cap is 1; expected one of error, drop, truncate, split"),
+        (
+            {"over_cap": "split"},
+            "over_cap='split' cuts the tokens of longer sequences into pieces, so it needs the "
+            "token store: pass tokens_column",
+        ),
         (
             {"over_cap": "truncate", "filter_over_cap": True},
             "filter_over_cap=True is over_cap='drop', but over_cap is 'truncate'; pass only one",
@@ -109,9 +113,14 @@ def test_bad_over_cap_is_one_config_error(tmp_path: Path, changes, message) -> N
     [
         (
             ["--over-cap", "wrap"],
-            "error: --over-cap is 'wrap'; expected one of error, drop, truncate",
+            "error: --over-cap is 'wrap'; expected one of error, drop, truncate, split",
         ),
-        (["--over-cap", "split"], "(split needs a token store, not in seqpack yet)"),
+        (
+            ["--over-cap", "split"],
+            "error: --over-cap split cuts the tokens of longer sequences into pieces, so it needs "
+            "the token store: pass --tokens-column (the column of token ids, e.g. input_ids), or "
+            "--over-cap drop or --over-cap truncate",
+        ),
         (
             ["--over-cap", "truncate", "--filter-over-cap"],
             "--filter-over-cap is --over-cap drop, but --over-cap is 'truncate'",
@@ -139,7 +148,7 @@ def test_cli_bad_over_cap_is_one_line(tmp_path: Path, extra, message) -> None:
 def test_help_shows_over_cap() -> None:
     result = CliRunner().invoke(app, ["prepare", "--help"], env={"COLUMNS": "200"})
     assert result.exit_code == 0
-    assert "--over-cap" in result.output and "error|drop|truncate" in result.output
+    assert "--over-cap" in result.output and "error|drop|truncate|split" in result.output
     assert "--filter-over-cap" in result.output
 
 

@@ -42,11 +42,14 @@ def _render_prepare(summary: dict[str, Any]) -> None:
     inputs = summary["inputs"]
     table.add_row("inputs", f"{inputs['num_files']:,} files, {inputs['num_rows']:,} rows")
     dropped, truncated = summary["num_dropped"], summary.get("num_truncated", 0)
+    split, pieces = summary.get("num_split", 0), summary.get("num_pieces", 0)
     over = (
         f" ({dropped:,} over --max-seq-len dropped)"
         if dropped
         else f" ({truncated:,} over --max-seq-len truncated to it)"
         if truncated
+        else f" ({split:,} over --max-seq-len split into {pieces:,} pieces)"
+        if split
         else ""
     )
     table.add_row("sequences", f"{summary['num_sequences']:,}{over}")
@@ -101,10 +104,11 @@ def prepare(
         str | None,
         typer.Option(
             "--over-cap",
-            metavar="error|drop|truncate",
+            metavar="error|drop|truncate|split",
             help="Sequences longer than --max-seq-len: error (the default) stops the job, drop "
-            "leaves them out, truncate keeps their first --max-seq-len tokens (counted in the "
-            "manifest either way).",
+            "leaves them out, truncate keeps their first --max-seq-len tokens, split (with "
+            "--tokens-column) cuts them into pieces of --max-seq-len tokens, each a sequence "
+            "with a new id (counted in the manifest either way).",
             show_default=False,
         ),
     ] = None,

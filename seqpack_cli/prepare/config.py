@@ -16,9 +16,10 @@ from seqpack_cli.prepare.pools.tuning import PoolTuning
 __all__ = ["OVER_CAP", "PACKERS", "PrepareConfig", "over_cap_option"]
 
 PACKERS = ("batched", "per-item")
-OVER_CAP = ("error", "drop", "truncate")
+OVER_CAP = ("error", "drop", "truncate", "split")
 """What `over_cap` does with sequences longer than max_seq_len: refuse the inputs, leave them
-out, or keep them with the length max_seq_len (the collator is to take their first tokens)."""
+out, keep them with the length max_seq_len (the collator is to take their first tokens), or (with
+a token store) cut them into pieces of max_seq_len tokens, each a sequence with a new id."""
 
 
 def over_cap_option(value: str) -> str:
@@ -31,9 +32,8 @@ def _over_cap(value: Any, filter_over_cap: bool) -> str:
     if value is None:
         return "drop" if filter_over_cap else "error"
     if not isinstance(value, str) or value not in OVER_CAP:
-        later = " (split needs a token store, not in seqpack yet)" if value == "split" else ""
         raise ConfigError(
-            f"{option('over_cap')} is {value!r}; expected one of {', '.join(OVER_CAP)}{later}"
+            f"{option('over_cap')} is {value!r}; expected one of {', '.join(OVER_CAP)}"
         )
     if filter_over_cap and value != "drop":
         raise ConfigError(
@@ -55,7 +55,8 @@ class PrepareConfig:
     """Everything `prepare_dataset` needs; fields are the CLI options in snake case.
 
     Validated on construction (`ConfigError` naming the option and the fix). `over_cap` (one of
-    `OVER_CAP`; default `error`) says what becomes of sequences longer than `max_seq_len`;
+    `OVER_CAP`; default `error`; `split` only with `tokens_column`) says what becomes of
+    sequences longer than `max_seq_len`;
     `filter_over_cap=True` is `over_cap="drop"`, and after construction `filter_over_cap` is
     whether `over_cap` is `drop`.
     """
@@ -143,6 +144,13 @@ class PrepareConfig:
             raise ConfigError(
                 f"{option(extra)} is set without {option('tokens_column')}; pass the token "
                 f"column too (e.g. {option('tokens_column')} input_ids)"
+            )
+        if self.over_cap == "split" and self.tokens_column is None:
+            raise ConfigError(
+                f"{over_cap_option('split')} cuts the tokens of longer sequences into pieces, so "
+                f"it needs the token store: pass {option('tokens_column')} (the column of token "
+                f"ids, e.g. input_ids), or {over_cap_option('drop')} or "
+                f"{over_cap_option('truncate')}"
             )
         values = [*named.values(), *([self.id_column] if self.id_column else [])]
         if len(set(values)) != len(values):

@@ -3,10 +3,15 @@
 Read the footers (row counts, schema checks), take the length histogram (bad lengths refused
 before any heavy work), pack it into templates, stream (length, id) once into the pools, and
 write everything atomically. Then `load_prepared` opens it at training time.
+
+With a token store (`tokens_column`) the token column is read once instead (`one_pass`): the
+store, the histogram and the pools all come from that read; the two passes above run only to
+word a fault it found (they are the reference: the same bytes, the same messages).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import logging
 import os
@@ -63,7 +68,9 @@ def _apply_over_cap(
     """The lengths to pack under `config.over_cap`, and the summary's (exact) counts of it:
     `num_over_cap` sequences over max_seq_len hold `num_tokens_over_cap` tokens (as `seqpack
     stats` counts them); `num_input_tokens` = `num_tokens` + `num_tokens_dropped` (drop: all
-    their tokens) + `num_tokens_truncated` (truncate: their tokens past max_seq_len)."""
+    their tokens) + `num_tokens_truncated` (truncate: their tokens past max_seq_len). Split keeps
+    every token: `num_split` sequences (holding `num_tokens_split` tokens) became `num_pieces`
+    sequences of at most max_seq_len tokens."""
     cap = config.max_seq_len
     kept = {length: count for length, count in histogram.items() if length <= cap}
     over = {length: count for length, count in histogram.items() if length > cap}
@@ -90,6 +97,14 @@ def _apply_over_cap(
         )
     if num_over and config.over_cap == "truncate":
         kept[cap] = kept.get(cap, 0) + num_over
+    num_pieces = 0
+    if num_over and config.over_cap == "split":  # pieces of cap tokens, the last the remainder
+        for length, count in over.items():
+            full, rest = divmod(length, cap)
+            kept[cap] = kept.get(cap, 0) + full * count
+            if rest:
+                kept[rest] = kept.get(rest, 0) + count
+            num_pieces += (full + bool(rest)) * count
     if not kept:
         shortest = min(histogram)
         fix = f"raise {option('max_seq_len')}"
@@ -105,14 +120,19 @@ def _apply_over_cap(
         )
     over_tokens = sum(length * count for length, count in over.items())
     dropped = config.over_cap == "drop"
+    truncated = config.over_cap in ("error", "truncate")  # error: nothing is over the cap
+    split = config.over_cap == "split"
     return dict(sorted(kept.items())), {
         "num_input_tokens": sum(length * count for length, count in histogram.items()),
         "num_over_cap": num_over,
         "num_tokens_over_cap": over_tokens,
         "num_dropped": num_over if dropped else 0,
         "num_tokens_dropped": over_tokens if dropped else 0,
-        "num_truncated": 0 if dropped else num_over,
-        "num_tokens_truncated": 0 if dropped else over_tokens - cap * num_over,
+        "num_truncated": num_over if truncated else 0,
+        "num_tokens_truncated": over_tokens - cap * num_over if truncated else 0,
+        "num_split": num_over if split else 0,
+        "num_pieces": num_pieces,
+        "num_tokens_split": over_tokens if split else 0,
     }
 
 
@@ -238,6 +258,71 @@ def _opened(store: Mapping[str, Any], root: Path) -> dict[str, Any]:
     return {role: FlatTokenSource.open(root / role) for role in store}
 
 
+def _plan(
+    kept: Mapping[int, int], config: PrepareConfig, started: float
+) -> tuple[Counter[tuple[int, ...]], Any]:
+    """The templates the kept lengths pack into, and their `PackingStats`."""
+    from seqpack_cli.packing.efficiency import PackingStats
+
+    templates = _pack(kept, config)
+    stats = PackingStats.from_templates(
+        templates, config.max_seq_len, max_seqs_per_bin=config.max_seqs_per_bin
+    )
+    logger.info(
+        "packed into %d bins, %d templates, efficiency %.4f (%.2fs)",
+        stats.num_bins,
+        len(templates),
+        stats.efficiency,
+        time.perf_counter() - started,
+    )
+    return templates, stats
+
+
+def _two_passes(
+    writer: PreparedWriter,
+    files: Sequence[Any],
+    config: PrepareConfig,
+    progress: ProgressCallback | None,
+    started: float,
+) -> tuple[dict[int, int], dict[str, int], Counter[tuple[int, ...]], Any, Any]:
+    """DuckDB's histogram pass, the packing, and DuckDB's pools pass: (kept lengths, over-cap
+    counts, templates, stats, what the pools pass saw)."""
+    from seqpack_cli.prepare.pools.engine import scan_pools
+    from seqpack_cli.prepare.scan import close_connection, connect, length_histogram
+
+    con = connect(
+        threads=config.threads, memory_limit=config.memory_limit, temp_dir=config.temp_dir
+    )
+    try:
+        histogram = length_histogram(con, files, config.length_column, progress=progress)
+        logger.info(
+            "histogram: %d distinct lengths (%.2fs)",
+            len(histogram),
+            time.perf_counter() - started,
+        )
+        kept, over_cap = _apply_over_cap(histogram, config)
+        writer.create_pool_files(kept)
+        templates, stats = _plan(kept, config, started)
+        scanned = scan_pools(
+            con,
+            files,
+            config.length_column,
+            kept,
+            id_column=config.id_column,
+            max_seq_len=config.max_seq_len,
+            work_dir=writer.work_dir,
+            append_pool=writer.append_pool,
+            workers=config.threads,
+            progress=progress,
+            tuning=config.tuning,
+            truncate=config.over_cap == "truncate",
+        )
+    finally:
+        close_connection(con)
+    logger.info("pools written (%.2fs)", time.perf_counter() - started)
+    return kept, over_cap, templates, stats, scanned
+
+
 def prepare_dataset(config: PrepareConfig, *, progress: ProgressCallback | None = None) -> Prepared:
     """Build the prepared directory `config.output` from parquet inputs; return it, as
     `load_prepared` would.
@@ -248,15 +333,9 @@ def prepare_dataset(config: PrepareConfig, *, progress: ProgressCallback | None 
     Output bytes depend only on the inputs' contents and the packing options, not on `threads`
     or on the order the inputs were named in.
     """
-    from seqpack_cli.packing.efficiency import PackingStats
-    from seqpack_cli.prepare.pools.engine import scan_pools
-    from seqpack_cli.prepare.scan import (
-        close_connection,
-        connect,
-        inspect_inputs,
-        length_histogram,
-        resolve_inputs,
-    )
+    from seqpack_cli.prepare.one_pass import Fallback, OnePass, read_in_one_pass
+    from seqpack_cli.prepare.pools.layout import changed_error
+    from seqpack_cli.prepare.scan import inspect_inputs, resolve_inputs
 
     started = time.perf_counter()
     output = Path(config.output)
@@ -275,47 +354,27 @@ def prepare_dataset(config: PrepareConfig, *, progress: ProgressCallback | None 
     # The temporary directory exists from here on, so an unwritable output fails before the
     # heavy work, and any exit (error, Ctrl-C, SIGTERM) removes it.
     with PreparedWriter(output, overwrite=config.overwrite) as writer:
-        con = connect(
-            threads=config.threads, memory_limit=config.memory_limit, temp_dir=config.temp_dir
-        )
-        try:
-            histogram = length_histogram(con, files, config.length_column, progress=progress)
-            logger.info(
-                "histogram: %d distinct lengths (%.2fs)",
-                len(histogram),
-                time.perf_counter() - started,
-            )
-            kept, over_cap = _apply_over_cap(histogram, config)
+        one_pass = None
+        if config.tokens_column is not None:  # the token column read once for everything
+            one_pass = read_in_one_pass(writer, paths, config, progress=progress)
+        if isinstance(one_pass, OnePass):
+            kept, over_cap = _apply_over_cap(one_pass.histogram, config)
             writer.create_pool_files(kept)
-            templates = _pack(kept, config)
-            stats = PackingStats.from_templates(
-                templates, config.max_seq_len, max_seqs_per_bin=config.max_seqs_per_bin
+            templates, stats = _plan(kept, config, started)
+            store = one_pass.finish(writer)  # while the pool files are being created
+            scanned = one_pass.write_pools(kept, writer.append_pool, progress=progress)
+        else:
+            # The two passes (without a token store, or to word what the one pass found wrong).
+            # They cannot split: they check the inputs as truncate would.
+            split = config.over_cap == "split"
+            checked = dataclasses.replace(config, over_cap="truncate") if split else config
+            kept, over_cap, templates, stats, scanned = _two_passes(
+                writer, files, checked, progress, started
             )
-            logger.info(
-                "packed into %d bins, %d templates, efficiency %.4f (%.2fs)",
-                stats.num_bins,
-                len(templates),
-                stats.efficiency,
-                time.perf_counter() - started,
-            )
-            scanned = scan_pools(
-                con,
-                files,
-                config.length_column,
-                kept,
-                id_column=config.id_column,
-                max_seq_len=config.max_seq_len,
-                work_dir=writer.work_dir,
-                append_pool=writer.append_pool,
-                workers=config.threads,
-                progress=progress,
-                tuning=config.tuning,
-                truncate=config.over_cap == "truncate",
-            )
-        finally:
-            close_connection(con)
-        logger.info("pools written (%.2fs)", time.perf_counter() - started)
-        store = _write_store(writer, paths, config, kept)
+            store = _write_store(writer, paths, checked, kept)
+            if split:  # they found nothing wrong: what the one pass found stands
+                error = one_pass.error if isinstance(one_pass, Fallback) else None
+                raise error if isinstance(error, InputError) else changed_error()
         writer.write_bytes(COUNTS_NAME, counts_to_json(kept))
         writer.write_bytes(TEMPLATES_NAME, templates_to_json(templates))
         id_range = (scanned.id_min, scanned.id_max)

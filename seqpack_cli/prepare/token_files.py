@@ -151,7 +151,7 @@ def row_locator(files: Sequence[dict[str, Any]]) -> Callable[[int], str]:
     return locate
 
 
-def write_id_index(directory: Path, id_column: str, locate: Callable[[int], str]) -> None:
+def write_id_index(directory: Path, id_column: str | None, locate: Callable[[int], str]) -> None:
     """ids.npy (the ids ascending) and rows.npy (the row of each) from the ids in row order;
     `InputError` for an id held twice. Sorted in memory (`ID_INDEX_BYTES_PER_ROW`)."""
     by_row = directory / IDS_BY_ROW_NAME
@@ -254,8 +254,21 @@ def _check_arguments(column: Any, id_column: Any, dtype: Any) -> np.dtype[Any] |
 
 
 def source_info(
-    column: str, id_column: str | None, dtype: np.dtype[Any], files: Sequence[TokenInput], n: int
+    column: str,
+    id_column: str | None,
+    dtype: np.dtype[Any],
+    files: Sequence[TokenInput],
+    n: int,
+    *,
+    split: dict[str, int] | None = None,
 ) -> dict[str, Any]:
+    """`token_source.json` of a source of `n` values of `column` read from `files`. With `split`
+    (`prepare --over-cap split`: {"max_seq_len", "num_split", "num_pieces", "first_piece_id"})
+    each sequence longer than max_seq_len is stored as its pieces, one sequence each, so the
+    source holds `num_pieces - num_split` more sequences than the inputs have rows, and an id
+    index (`ids.npy`, `rows.npy`) whatever the ids."""
+    num_rows = sum(file.num_rows for file in files)
+    extra = {} if split is None else {"split": dict(split)}
     return {
         "format": TOKEN_SOURCE_FORMAT,
         "format_version": TOKEN_SOURCE_VERSION,
@@ -264,7 +277,9 @@ def source_info(
         "id_column": id_column,
         "ids": "id_column" if id_column else "row_index",
         "dtype": dtype.name,
-        "num_sequences": sum(file.num_rows for file in files),
+        **extra,
+        "num_sequences": num_rows
+        + (0 if split is None else split["num_pieces"] - split["num_split"]),
         "num_tokens": n,
         "inputs": {
             "num_files": len(files),

@@ -26,6 +26,7 @@ from seqpack_cli.errors import InputError, option
 from seqpack_cli.token_sources import OFFSETS_NAME, TOKENS_NAME
 
 __all__ = [
+    "HEADER_BYTES",
     "IDS_BY_ROW_NAME",
     "TARGET_VALUES_PER_BATCH",
     "TokenInput",
@@ -33,6 +34,7 @@ __all__ = [
     "choose_dtype",
     "choose_signed_dtype",
     "inspect_token_inputs",
+    "npy_header",
     "stream_token_lists",
 ]
 
@@ -40,7 +42,8 @@ TARGET_VALUES_PER_BATCH = 1 << 19
 """Token values per Arrow batch, about (rows per batch from the footer's values per row)."""
 _MAX_BATCH_ROWS = 1 << 16
 _READ_BUFFER = 1 << 22  # bytes read at a time: pages stream instead of whole column chunks
-_HEADER_BYTES = 128  # the .npy headers' size, so tokens.npy's is rewritten in place at the end
+HEADER_BYTES = 128
+"""The .npy headers' size, so tokens.npy's is rewritten in place once its count is known."""
 IDS_BY_ROW_NAME = ".ids-by-row"
 """Scratch file of the ids in row order (raw int64), turned into the id index."""
 
@@ -282,11 +285,12 @@ def _ids(array: pa.Array, file: TokenInput, id_column: str, first_row: int) -> n
     return ids.astype(np.int64, copy=False)
 
 
-def _npy_header(dtype: np.dtype[Any], count: int) -> bytes:
-    """A version 1.0 .npy header of a 1-d array, padded to `_HEADER_BYTES` bytes."""
+def npy_header(dtype: np.dtype[Any], count: int) -> bytes:
+    """A version 1.0 .npy header of a 1-d array, padded to `HEADER_BYTES` bytes (so a header
+    written before the count was known can be rewritten in place)."""
     text = f"{{'descr': {np.lib.format.dtype_to_descr(dtype)!r}, 'fortran_order': False, "
     text += f"'shape': ({count},), }}"
-    body = text.ljust(_HEADER_BYTES - 10 - 1) + "\n"
+    body = text.ljust(HEADER_BYTES - 10 - 1) + "\n"
     return b"\x93NUMPY\x01\x00" + len(body).to_bytes(2, "little") + body.encode("latin1")
 
 
@@ -313,8 +317,8 @@ def stream_token_lists(
         open(directory / OFFSETS_NAME, "wb") as offsets,
         open(os.devnull if id_column is None else directory / IDS_BY_ROW_NAME, "wb") as ids,
     ):
-        tokens.write(bytes(_HEADER_BYTES))  # rewritten once the count is known
-        offsets.write(_npy_header(np.dtype("<i8"), num_rows + 1))
+        tokens.write(bytes(HEADER_BYTES))  # rewritten once the count is known
+        offsets.write(npy_header(np.dtype("<i8"), num_rows + 1))
         _write(offsets, np.zeros(1, dtype=np.int64))
         for file in files:
             row = 0
@@ -334,5 +338,5 @@ def stream_token_lists(
                     "first read; run again once the inputs stay put"
                 )
         tokens.seek(0)
-        tokens.write(_npy_header(dtype, num_tokens))
+        tokens.write(npy_header(dtype, num_tokens))
     return num_tokens

@@ -40,13 +40,13 @@ from seqpack_cli.token_sources import (
     FlatTokenSource,
 )
 
-__all__ = ["write_token_store"]
+__all__ = ["STORE_OPTIONS", "STORE_RULES", "write_token_store"]
 
 logger = logging.getLogger(__name__)
 
 _CHUNK = 1 << 20  # rows compared at a time
 
-_RULES = {
+STORE_RULES = {
     "tokens": ValueRule(
         negative=f"check that {option('tokens_column')} names the token ids (labels with -100 "
         f"go to {option('labels_column')})"
@@ -60,7 +60,13 @@ _RULES = {
         allow_bool=True,
     ),
 }
-_OPTIONS = {"tokens": "tokens_column", "labels": "labels_column", "loss_mask": "loss_mask_column"}
+"""How each role's column is named in messages and which values it admits."""
+STORE_OPTIONS = {
+    "tokens": "tokens_column",
+    "labels": "labels_column",
+    "loss_mask": "loss_mask_column",
+}
+"""The option that names each role's column."""
 
 
 def _check_same_lengths(
@@ -75,9 +81,9 @@ def _check_same_lengths(
         bad = np.flatnonzero(mine != tokens)
         if bad.size:
             k = int(bad[0])
-            what = _RULES[role].what
+            what = STORE_RULES[role].what
             raise InputError(
-                f"{what} column {columns[role]!r} ({option(_OPTIONS[role])}) holds {mine[k]} "
+                f"{what} column {columns[role]!r} ({option(STORE_OPTIONS[role])}) holds {mine[k]} "
                 f"values in {locate(start + k)}, but token column {columns['tokens']!r} holds "
                 f"{tokens[k]} tokens there; each row needs one {what} value per token: fix the "
                 "column (or tokenise them together)"
@@ -135,7 +141,7 @@ def write_token_store(
         column = columns.get(role)
         if column is None:
             continue
-        rule = _RULES[role]
+        rule = STORE_RULES[role]
         files = inspect_token_inputs(paths, column, id_column if role == "tokens" else None, rule)
         if role == "tokens":
             dtype = choose_dtype(files, column)

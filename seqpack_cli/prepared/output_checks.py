@@ -62,6 +62,7 @@ def _manifest_problem(manifest_path: Path) -> str | None:
 
 _POOL_NAME = re.compile(r"-?\d+\.npy")
 _STORE_FILES = {"tokens.npy", "offsets.npy", "ids.npy", "rows.npy", "token_source.json"}
+_STORE_FILES_OF = {"tokens": _STORE_FILES | {"pieces.npy"}}  # a split store's piece table
 
 
 def _foreign_entries(output: Path) -> list[str]:
@@ -77,7 +78,8 @@ def _foreign_entries(output: Path) -> list[str]:
             foreign += [
                 f"{entry.name}/{item.name}"
                 for item in os.scandir(entry.path)
-                if item.name not in _STORE_FILES or not item.is_file(follow_symlinks=False)
+                if item.name not in _STORE_FILES_OF.get(entry.name, _STORE_FILES)
+                or not item.is_file(follow_symlinks=False)
             ]
             continue
         if entry.name == POOLS_DIR and entry.is_dir(follow_symlinks=False):

@@ -51,6 +51,7 @@ _SHA256 = re.compile(r"[0-9a-f]{64}")
 _POOL_NAME = re.compile(rf"{POOLS_DIR}/([1-9][0-9]{{0,18}})\.npy")
 _STORE_NAME = re.compile(
     rf"({'|'.join(STORE_ROLES)})/(tokens\.npy|offsets\.npy|ids\.npy|rows\.npy|token_source\.json)"
+    r"|tokens/pieces\.npy"
 )
 
 
@@ -231,7 +232,7 @@ _MANIFEST = _object(
                     "packer": (False, _string()),
                     "max_seqs_per_bin": (False, _integer(1, nullable=True)),
                     "filter_over_cap": (False, _boolean),
-                    "over_cap": (False, _string(choices=("error", "drop", "truncate"))),
+                    "over_cap": (False, _string(choices=("error", "drop", "truncate", "split"))),
                 }
             ),
         ),
@@ -275,6 +276,8 @@ _MANIFEST = _object(
                             "num_dropped",
                             "num_over_cap",
                             "num_truncated",
+                            "num_split",
+                            "num_pieces",
                         ),
                         (False, _COUNT),
                     ),
@@ -284,6 +287,7 @@ _MANIFEST = _object(
                             "num_tokens_over_cap",
                             "num_tokens_dropped",
                             "num_tokens_truncated",
+                            "num_tokens_split",
                         ),
                         (False, _TOKEN_TOTAL),
                     ),

@@ -215,6 +215,11 @@ class PreparedWriter:
             raise self._write_error(error, name) from None
         self._record(name, size, digest.hexdigest())
 
+    def record_hashed(self, name: str, num_bytes: int, sha256: str) -> None:
+        """Record a file already written into `tmp_path` whose size and sha256 the caller took
+        while writing it (so it is not read back)."""
+        self._record(name, num_bytes, sha256)
+
     def finish_pools(self) -> None:
         """Close the pool files and record them, before `commit` (which then does not again):
         the pools can then be read from `tmp_path` (e.g. to check a token store against them)."""

@@ -30,7 +30,7 @@ from seqpack_cli.prepare.pools.layout import Layout, PoolAppend, changed_error
 from seqpack_cli.prepare.pools.tuning import PoolTuning
 from seqpack_cli.progress import ProgressCallback
 
-__all__ = ["IdMap", "fits"]
+__all__ = ["AppendBatcher", "IdMap", "fits"]
 
 _MAX_CODE = np.iinfo(np.uint16).max
 
@@ -154,7 +154,7 @@ class IdMap:
         size = self.codes.size
         totals = np.zeros(self._expected.size, dtype=np.int64)
         written = 0
-        batcher = _AppendBatcher(append, self.layout.tuning)
+        batcher = AppendBatcher(append, self.layout.tuning)
 
         def write(group: tuple[np.ndarray, np.ndarray, np.ndarray]) -> None:
             nonlocal totals, written
@@ -189,7 +189,7 @@ class IdMap:
         return written
 
 
-class _AppendBatcher:
+class AppendBatcher:
     """Coalesces a pool's small appends into larger ones.
 
     A map chunk holds a few ids of each rare length: writing (and hashing) those pieces one by
