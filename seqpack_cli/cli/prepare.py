@@ -127,6 +127,34 @@ def prepare(
     tokens_column: Annotated[str | None, TokenStoreColumns["tokens_column"]] = None,
     labels_column: Annotated[str | None, TokenStoreColumns["labels_column"]] = None,
     loss_mask_column: Annotated[str | None, TokenStoreColumns["loss_mask_column"]] = None,
+    engine: Annotated[
+        str,
+        typer.Option(
+            "--engine",
+            metavar="local|dask",
+            help="Where the passes run: local (this process) or dask (tasks on a Dask cluster: "
+            "--scheduler or --workers; inputs and output on a filesystem every worker sees at "
+            "the same path). The output is byte-identical either way.",
+        ),
+    ] = "local",
+    scheduler: Annotated[
+        str | None,
+        typer.Option(
+            "--scheduler",
+            help="With --engine dask: the address of a running Dask scheduler "
+            "(tcp://HOST:PORT).",
+            show_default=False,
+        ),
+    ] = None,
+    workers: Annotated[
+        int | None,
+        typer.Option(
+            "--workers",
+            help="With --engine dask: start a local cluster of this many worker processes for "
+            "the run.",
+            show_default=False,
+        ),
+    ] = None,
     quiet: QuietOption = False,
     json_output: JsonOption = False,
 ) -> None:
@@ -151,6 +179,9 @@ def prepare(
         tokens_column=tokens_column,
         labels_column=labels_column,
         loss_mask_column=loss_mask_column,
+        engine=engine,
+        scheduler=scheduler,
+        workers=workers,
     )
     started = time.perf_counter()
     with rich_progress(enabled=not (quiet or json_output)) as progress:

@@ -249,14 +249,8 @@ def prepare_dataset(config: PrepareConfig, *, progress: ProgressCallback | None 
     or on the order the inputs were named in.
     """
     from seqpack_cli.packing.efficiency import PackingStats
-    from seqpack_cli.prepare.pools.engine import scan_pools
-    from seqpack_cli.prepare.scan import (
-        close_connection,
-        connect,
-        inspect_inputs,
-        length_histogram,
-        resolve_inputs,
-    )
+    from seqpack_cli.prepare.engines import open_engine
+    from seqpack_cli.prepare.scan import resolve_inputs
 
     started = time.perf_counter()
     output = Path(config.output)
@@ -265,61 +259,46 @@ def prepare_dataset(config: PrepareConfig, *, progress: ProgressCallback | None 
     _check_outside(output, paths)
     recover_siblings(output)  # killed runs' leftovers: an old copy put back, temporaries removed
     check_output(output, overwrite=config.overwrite)
-    files = inspect_inputs(paths, config.length_column, config.id_column)
-    if not sum(file.num_rows for file in files):
-        raise InputError(
-            f"the {len(files)} input file(s) hold no rows (e.g. {files[0].path}); point prepare "
-            "at the dataset's data files"
-        )
-    logger.info("%d input files, %d rows", len(files), sum(file.num_rows for file in files))
     # The temporary directory exists from here on, so an unwritable output fails before the
-    # heavy work, and any exit (error, Ctrl-C, SIGTERM) removes it.
-    with PreparedWriter(output, overwrite=config.overwrite) as writer:
-        con = connect(
-            threads=config.threads, memory_limit=config.memory_limit, temp_dir=config.temp_dir
+    # heavy work, and any exit (error, Ctrl-C, SIGTERM) removes it. The engine is left first: it
+    # stops its work before the directory is removed.
+    with (
+        PreparedWriter(output, overwrite=config.overwrite) as writer,
+        open_engine(config, progress=progress) as engine,
+    ):
+        files = engine.inspect(paths)
+        if not sum(file.num_rows for file in files):
+            raise InputError(
+                f"the {len(files)} input file(s) hold no rows (e.g. {files[0].path}); point "
+                "prepare at the dataset's data files"
+            )
+        logger.info("%d input files, %d rows", len(files), sum(file.num_rows for file in files))
+        histogram = engine.histogram(files)
+        logger.info(
+            "histogram: %d distinct lengths (%.2fs)",
+            len(histogram),
+            time.perf_counter() - started,
         )
-        try:
-            histogram = length_histogram(con, files, config.length_column, progress=progress)
-            logger.info(
-                "histogram: %d distinct lengths (%.2fs)",
-                len(histogram),
-                time.perf_counter() - started,
-            )
-            kept, over_cap = _apply_over_cap(histogram, config)
-            writer.create_pool_files(kept)
-            templates = _pack(kept, config)
-            stats = PackingStats.from_templates(
-                templates, config.max_seq_len, max_seqs_per_bin=config.max_seqs_per_bin
-            )
-            logger.info(
-                "packed into %d bins, %d templates, efficiency %.4f (%.2fs)",
-                stats.num_bins,
-                len(templates),
-                stats.efficiency,
-                time.perf_counter() - started,
-            )
-            scanned = scan_pools(
-                con,
-                files,
-                config.length_column,
-                kept,
-                id_column=config.id_column,
-                max_seq_len=config.max_seq_len,
-                work_dir=writer.work_dir,
-                append_pool=writer.append_pool,
-                workers=config.threads,
-                progress=progress,
-                tuning=config.tuning,
-                truncate=config.over_cap == "truncate",
-            )
-        finally:
-            close_connection(con)
+        kept, over_cap = _apply_over_cap(histogram, config)
+        templates = _pack(kept, config)
+        stats = PackingStats.from_templates(
+            templates, config.max_seq_len, max_seqs_per_bin=config.max_seqs_per_bin
+        )
+        logger.info(
+            "packed into %d bins, %d templates, efficiency %.4f (%.2fs)",
+            stats.num_bins,
+            len(templates),
+            stats.efficiency,
+            time.perf_counter() - started,
+        )
+        scanned = engine.pools(files, kept, writer)
         logger.info("pools written (%.2fs)", time.perf_counter() - started)
         store = _write_store(writer, paths, config, kept)
         writer.write_bytes(COUNTS_NAME, counts_to_json(kept))
         writer.write_bytes(TEMPLATES_NAME, templates_to_json(templates))
         id_range = (scanned.id_min, scanned.id_max)
         manifest = _manifest(config, files, kept, templates, stats, over_cap, id_range)
+        manifest["engine"] = engine.describe()
         if store:
             manifest[TOKEN_STORE_KEY] = store
         sources = _opened(store, writer.tmp_path)  # mapped now: no race with a later run
@@ -348,5 +327,6 @@ def prepare_summary(prepared: Prepared, *, seconds: float) -> dict[str, Any]:
         **manifest["summary"],
         "config": manifest["config"],
         "inputs": inputs_overview(manifest),
+        **({"engine": manifest["engine"]} if "engine" in manifest else {}),
         **({TOKEN_STORE_KEY: manifest[TOKEN_STORE_KEY]} if TOKEN_STORE_KEY in manifest else {}),
     }
