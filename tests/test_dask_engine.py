@@ -8,6 +8,7 @@ file groups, merge units, id ranges and read blocks, so that every cut shows.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from collections.abc import Iterator
 from pathlib import Path
@@ -31,6 +32,8 @@ distributed = pytest.importorskip("distributed")
 SMALL = ClusterTuning(group_rows=300, merge_ids=150, check_ids=200, block_ids=64, samples=8)
 """A few hundred rows per group, pools merged a few lengths at a time (the larger ones block
 by block), ids checked in ranges of a few hundred."""
+ON_DISK = dataclasses.replace(SMALL, memory_ids=1)
+"""Groups ordered as a single large file is: through the id map or a work file."""
 
 
 @pytest.fixture(scope="module")
@@ -61,6 +64,9 @@ CASES = {
     "ids in dense blocks": ({"ids": "blocks"}, {}),
     "hashed ids": ({"ids": "hashed"}, {}),
     "row indexes": ({"ids": "rows"}, {"id_column": None}),
+    "row indexes, on disk": ({"ids": "rows"}, {"id_column": None, "tuning": ON_DISK}),
+    "sparse ids, on disk": ({"ids": "sparse"}, {"tuning": ON_DISK}),
+    "hashed ids, on disk": ({"ids": "hashed"}, {"tuning": ON_DISK}),
     "row indexes, dropped": ({"ids": "rows"}, {"id_column": None, "max_seq_len": 40,
                                                 "over_cap": "drop"}),
     "ids, truncated": ({"ids": "sparse"}, {"max_seq_len": 30, "over_cap": "truncate"}),
@@ -84,8 +90,12 @@ def test_byte_identical_to_the_local_engine(cluster: Any, tmp_path: Path, case: 
 
 @pytest.mark.parametrize(
     "tuning",
-    [ClusterTuning(), ClusterTuning(group_rows=1, merge_ids=1, check_ids=1, block_ids=1)],
-    ids=["default cuts", "one file and one length a task"],
+    [
+        ClusterTuning(),
+        ClusterTuning(group_rows=1, merge_ids=1, check_ids=1, block_ids=1),
+        dataclasses.replace(ON_DISK, group_rows=10**6),
+    ],
+    ids=["default cuts", "one file and one length a task", "one group on disk"],
 )
 @pytest.mark.parametrize("ids", ["sparse", "rows"])
 def test_any_cut_gives_the_same_bytes(cluster: Any, tmp_path: Path, tuning, ids: str) -> None:
@@ -203,8 +213,17 @@ FAULTS = {
 }
 
 
-@pytest.mark.parametrize("fault", list(FAULTS))
-def test_bad_inputs_give_the_local_engines_message(cluster: Any, tmp_path: Path, fault) -> None:
+POOL_FAULTS = ["NULL ids", "duplicate ids across files", "duplicate ids in one file"]
+
+
+@pytest.mark.parametrize(
+    "fault, tuning",
+    [(fault, SMALL) for fault in FAULTS] + [(fault, ON_DISK) for fault in POOL_FAULTS],
+    ids=[*FAULTS, *(f"{fault}, on disk" for fault in POOL_FAULTS)],
+)
+def test_bad_inputs_give_the_local_engines_message(
+    cluster: Any, tmp_path: Path, fault: str, tuning: ClusterTuning
+) -> None:
     ids, spoil = FAULTS[fault]
     inputs = write_dataset(tmp_path / "in", ids=ids)
     options = spoil(inputs)
@@ -212,7 +231,7 @@ def test_bad_inputs_give_the_local_engines_message(cluster: Any, tmp_path: Path,
         prepare_dataset(_config(inputs, tmp_path / "local", **options))
     dask_options = {"engine": "dask", "scheduler": cluster.scheduler_address}
     with pytest.raises(SeqpackError) as dask:
-        prepare_dataset(_config(inputs, tmp_path / "dask", cluster_tuning=SMALL, **dask_options,
+        prepare_dataset(_config(inputs, tmp_path / "dask", cluster_tuning=tuning, **dask_options,
                                 **options))  # fmt: skip
     assert type(dask.value) is type(local.value)
     assert str(dask.value) == str(local.value)

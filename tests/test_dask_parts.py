@@ -15,8 +15,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from seqpack_cli.errors import ConfigError
+from seqpack_cli.errors import ConfigError, InputError
 from seqpack_cli.prepare import PrepareConfig
+from seqpack_cli.prepare.cluster.group_sort import ids_by_length
 from seqpack_cli.prepare.cluster.groups import (
     check_ranges,
     footer_chunks,
@@ -32,6 +33,7 @@ from seqpack_cli.prepare.cluster.merge import (
     merged_segments,
 )
 from seqpack_cli.prepare.cluster.tuning import ClusterTuning
+from seqpack_cli.prepare.pools.layout import Layout
 from seqpack_cli.prepare.scan import InputFile
 
 sorted_runs = st.lists(
@@ -193,3 +195,32 @@ def test_a_missing_dask_is_one_line_with_the_install_command(monkeypatch, tmp_pa
             inputs=[tmp_path], length_column="n", max_seq_len=8, output="o", engine="dask",
             workers=1,
         )  # fmt: skip
+
+
+@settings(max_examples=80, deadline=None)
+@given(
+    rows=st.lists(st.tuples(st.sampled_from([3, 7, 8, 40, 900]), st.integers(-50, 50)), min_size=1),
+    shift=st.sampled_from([0, 2**40, 2**62]),
+    batch=st.integers(1, 7),
+    known=st.booleans(),
+)
+def test_a_group_is_ordered_by_length_then_id(rows, shift, batch, known) -> None:
+    """Packed keys (ids spanning less than 2**48), or a counting sort then a sort per pool
+    (ids spread over int64, or no bounds from the footers): the same order, numpy's lexsort's."""
+    lengths = np.array([length for length, _ in rows], dtype=np.int64)
+    ids = np.array([value for _, value in rows], dtype=np.int64) * (1 + shift // 64) + shift // 2
+    layout = Layout(dict(Counter(lengths.tolist())))
+    batches = [[lengths[i : i + batch], ids[i : i + batch]] for i in range(0, len(rows), batch)]
+    bounds = (int(ids.min()), int(ids.max())) if known else None
+    got = ids_by_length(batches, layout, lambda columns: columns[1], bounds)
+    np.testing.assert_array_equal(got, ids[np.lexsort((ids, lengths))])
+
+
+def test_a_group_that_disagrees_with_its_histogram_is_refused() -> None:
+    layout = Layout({3: 2})
+    for lengths in ([3], [3, 3, 3], [3, 4]):
+        batch = [np.array(lengths), np.arange(len(lengths), dtype=np.int64)]
+        with pytest.raises(InputError, match="inputs changed"):
+            ids_by_length([batch], layout, lambda columns: columns[1], (0, 5))
+    with pytest.raises(InputError, match="inputs changed"):  # outside the footers' bounds
+        ids_by_length([[np.array([3, 3]), np.array([0, 9])]], layout, lambda c: c[1], (0, 5))

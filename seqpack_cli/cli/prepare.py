@@ -68,6 +68,13 @@ def _render_prepare(summary: dict[str, Any]) -> None:
         f"{int(summary['efficiency'] * 10_000) / 100:.2f}% "
         f"(lower bound {summary['lower_bound_bins']:,} bins)",
     )
+    engine = summary.get("engine", {})
+    if engine.get("name") == "dask":
+        table.add_row(
+            "engine",
+            f"dask: {engine['workers']} workers ({engine['threads']} threads), "
+            f"{engine['file_groups']} file groups, {engine['tasks']} tasks",
+        )
     store = summary.get("token_store")
     if store:
         table.add_row(

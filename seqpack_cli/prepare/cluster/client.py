@@ -76,7 +76,7 @@ def _connect(distributed: Any, config: PrepareConfig, timeout_s: int) -> tuple[A
                 threads_per_worker=1,
                 processes=True,
                 dashboard_address=":0",  # no clash with another cluster's 8787
-                silence_logs=False,
+                silence_logs=logging.WARNING,  # the workers: no INFO lines either
             )
         except Exception as error:
             raise ConfigError(

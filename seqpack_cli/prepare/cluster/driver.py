@@ -240,7 +240,7 @@ class ClusterEngine:
         job = PoolsJob(
             config.length_column, config.id_column, config.max_seq_len,
             config.over_cap == "truncate", runs_dir, config.tuning, self._settings(),
-            self.tuning.samples, self.tuning.map_span_ratio,
+            self.tuning.samples, self.tuning.map_span_ratio, self.tuning.memory_ids,
         )  # fmt: skip
         holding = [group for group in self._groups if counts[group.index]]
         calls = [(group_pools, (job, g, counts[g.index]), g.num_rows) for g in holding]

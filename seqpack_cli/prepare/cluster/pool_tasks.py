@@ -1,10 +1,11 @@
 """The pools task of one file group: its ids, ascending per length, in a run file of its own.
 
 What the local engine does for all rows (`prepare.pools.engine.scan_pools`), done for one group
-with the same pieces and the same SQL: DuckDB streams (length, id); the ids are ordered by the id
-map (a counting sort, for ids whose span is at most a few times their count, row indexes always)
-or scattered by length into a work file and sorted (`scatter`, `split`). The result, in the run's
-scratch folder:
+with the same SQL: DuckDB streams (length, id); a group of at most `ClusterTuning.memory_ids` ids
+is ordered in memory (`group_sort`), a larger one (a single large file) as the local engine
+orders all rows, in bounded memory: by the id map (a counting sort, for ids whose span is at most
+a few times their count, row indexes always) or scattered by length into a work file and sorted
+(`scatter`, `split`). The result, in the run's scratch folder:
 
 - `runs/{group}.len`: the group's pools back to back, lengths ascending, each pool's ids
   ascending (row indexes made global with the group's first row); the merge tasks read it;
@@ -13,9 +14,10 @@ scratch folder:
 
 Both are written under temporary names and renamed into place, so a task that Dask runs again
 (its worker died) writes the same bytes, and no reader ever sees half a run. Memory is bounded as
-in the local job: the map is at most `PoolTuning.max_map_ids` slots, the work file is mapped a
-piece at a time. NULL ids are not an error here but a result (`GroupPools.nulls`): the driver
-counts them over every group, as the local engine does over every file.
+in the local job: 8 to 26 bytes per id up to `memory_ids`; past it the map is at most
+`PoolTuning.max_map_ids` slots, and the work file is mapped a piece at a time. NULL ids are not
+an error here but a result (`GroupPools.nulls`): the driver counts them over every group, as the
+local engine does over every file.
 """
 
 from __future__ import annotations
@@ -30,6 +32,7 @@ from typing import Any
 import duckdb
 import numpy as np
 
+from seqpack_cli.prepare.cluster.group_sort import ids_by_length
 from seqpack_cli.prepare.cluster.groups import FileGroup
 from seqpack_cli.prepare.cluster.merge import pwrite_all
 from seqpack_cli.prepare.cluster.tasks import TaskSettings, check_visible
@@ -71,6 +74,7 @@ class PoolsJob:
     settings: TaskSettings
     samples: int
     map_span_ratio: int
+    memory_ids: int
 
 
 @dataclass(frozen=True)
@@ -130,6 +134,11 @@ class _LengthRun(_RunFile):
         pwrite_all(self.fd, ids + self.first_id if self.first_id else ids, at)
         self.next[i] = at + ids.size
 
+    def write_whole(self, ids: np.ndarray) -> None:
+        """Every pool at once (`ids` in the layout's order)."""
+        pwrite_all(self.fd, ids + self.first_id if self.first_id else ids, 0)
+        self.next = self.ends.copy()
+
     def commit(self) -> None:
         if not np.array_equal(self.next, self.ends):
             raise changed_error()
@@ -166,6 +175,26 @@ class _Group:
             self.to_ids = lambda columns: columns[1]
             self.bounds = footer_id_bounds(group.files, job.id_column)
         self.by_length, self.by_id = run_paths(job.runs_dir, group.index)
+
+    def in_memory(self) -> None:
+        """A group of at most `memory_ids` ids: ordered in memory (`group_sort`)."""
+        first_id = self.group.first_row if self.job.id_column is None else 0
+        run = _LengthRun(self.by_length, self.layout, first_id)
+        try:
+            batches = stream_batches(self.con, self.sql, self.params, self.job.tuning.batch_rows)
+            try:
+                ids = ids_by_length(batches, self.layout, self.to_ids, self.bounds)
+            finally:
+                batches.close()
+            run.write_whole(ids)
+            by_id = None
+            if self.job.id_column is not None:
+                ids.sort()
+                by_id = iter([ids])
+            self._commit(run, by_id)
+        except BaseException:
+            run.discard()
+            raise
 
     def uses_map(self) -> bool:
         if self.bounds is None or not id_map.fits(self.layout, *self.bounds, self.job.max_seq_len):
@@ -262,7 +291,9 @@ def group_pools(job: PoolsJob, group: FileGroup, counts: dict[int, int]) -> Grou
     con = job.settings.connect()
     try:
         work = _Group(job, group, counts, con)
-        if not (work.uses_map() and work.by_map()):
+        if work.layout.num_ids <= job.memory_ids:
+            work.in_memory()
+        elif not (work.uses_map() and work.by_map()):
             work.by_sort()
         return work.result()
     except NullIds:

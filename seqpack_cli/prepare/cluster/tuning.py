@@ -19,9 +19,12 @@ class ClusterTuning:
     group_rows: int | None = None
     """Rows per file group (a histogram and a pools task each), whole files at a time; None:
     about `tasks_per_thread` groups per worker thread, at most `max_group_rows` rows each."""
-    max_group_rows: int = 1 << 24
-    """A group's pools task holds about 2 bytes per row of its span at most (the id map), or
-    works through a file of 8 bytes per row: 16M rows keep a task well under 1 GiB."""
+    max_group_rows: int = 1 << 23
+    """A group's pools task holds 8 to 26 bytes per row (`memory_ids`): 8M rows keep a task
+    well under 1 GiB."""
+    memory_ids: int = 1 << 23
+    """A group with at most this many ids (kept rows) is ordered in memory; a larger one (a
+    single file of more rows) in bounded memory, through the id map or a work file."""
     tasks_per_thread: int = 2
     """File groups per worker thread when `group_rows` is None: a few, so a slow file or worker
     does not hold the phase up."""
