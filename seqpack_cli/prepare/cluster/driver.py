@@ -29,6 +29,7 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any
 
+from seqpack_cli.errors import ConfigError, option
 from seqpack_cli.prepare.cluster.client import Cluster, open_cluster, stop_tasks, task_error
 from seqpack_cli.prepare.cluster.groups import (
     FileGroup,
@@ -58,6 +59,7 @@ from seqpack_cli.prepare.pools.engine import PoolScan, null_ids_error
 from seqpack_cli.prepare.pools.id_checks import duplicate_ids_error
 from seqpack_cli.prepare.scan import HistogramPart, InputFile, check_footers, checked_histogram
 from seqpack_cli.prepared import PreparedWriter, pool_file_name
+from seqpack_cli.prepared.pool_creation import BackgroundPoolFiles
 from seqpack_cli.progress import ProgressCallback
 
 __all__ = ["PAUSE_VARIABLE", "ClusterEngine"]
@@ -86,6 +88,7 @@ class ClusterEngine:
         self._futures: list[Any] = []
         self._groups: list[FileGroup] = []
         self._parts: list[HistogramPart] = []
+        self._pool_files: BackgroundPoolFiles | None = None
         self._tasks_done = 0
         self._tasks_submitted = 0
         self.seconds: dict[str, float] = {}
@@ -111,6 +114,7 @@ class ClusterEngine:
                 stop_tasks(cluster, self._futures, self._prefix(""))
         finally:
             self._futures.clear()
+            self._close_pool_files()
             cluster.close()
 
     @property
@@ -209,7 +213,11 @@ class ClusterEngine:
         ]
         runs_dir = writer.work_dir / "runs"
         runs_dir.mkdir()
+        # Every pool file with its header, created here while the groups' tasks run.
+        self._pool_files = BackgroundPoolFiles(writer.tmp_path, kept)
+        self._pool_files.start()
         results = self._group_pools(files, counts, runs_dir)
+        self._wait_pool_files(writer)
         num_ids = sum(kept.values())
         units = merge_units(sorted(kept), counts, self._task_ids(num_ids, self.tuning.merge_ids))
         job = MergeJob(
@@ -231,6 +239,24 @@ class ClusterEngine:
         return PoolScan(
             num_ids, min(pool.first_id for pool in written), max(pool.last_id for pool in written)
         )
+
+    def _wait_pool_files(self, writer: PreparedWriter) -> None:
+        assert self._pool_files is not None
+        try:
+            self._pool_files.ready()
+        except OSError as error:
+            raise ConfigError(
+                f"cannot create the pool files of {writer.output}: {error.strerror or error}; "
+                f"free some space or choose another {option('output')}"
+            ) from None
+        finally:
+            self._close_pool_files()
+
+    def _close_pool_files(self) -> None:
+        """Stop creating pool files and close them (the tasks write them)."""
+        if self._pool_files is not None:
+            self._pool_files.stop()
+            self._pool_files.pools.abort()
 
     def _group_pools(
         self, files: Sequence[InputFile], counts: Sequence[dict[int, int]], runs_dir: Path

@@ -61,15 +61,17 @@ def group_rows(total_rows: int, num_threads: int, tuning: ClusterTuning) -> int:
 
 
 def plan_groups(files: Sequence[InputFile], target_rows: int) -> list[FileGroup]:
-    """Consecutive files, each group closed once it holds `target_rows` rows (a larger file is
-    a group of its own)."""
+    """Consecutive files, as many in each group as fit `target_rows` rows (a larger file is a
+    group of its own)."""
     groups: list[FileGroup] = []
     first, first_row, rows = 0, 0, 0
     for index, file in enumerate(files):
+        if index > first and rows + file.num_rows > target_rows:
+            groups.append(FileGroup(len(groups), tuple(files[first:index]), first, first_row))
+            first, first_row, rows = index, first_row + rows, 0
         rows += file.num_rows
-        if rows >= target_rows or index == len(files) - 1:
-            groups.append(FileGroup(len(groups), tuple(files[first : index + 1]), first, first_row))
-            first, first_row, rows = index + 1, first_row + rows, 0
+    if files:
+        groups.append(FileGroup(len(groups), tuple(files[first:]), first, first_row))
     return groups
 
 

@@ -2,10 +2,12 @@
 
 - `merge_pools`: the pools of a unit of consecutive lengths (`groups.MergeUnit`), each the union
   of that length's ids over every group: concatenated in group order for row indexes (each group
-  holds a later stretch of rows), merged in id order for an id column. Each pool file is written
-  under a temporary name in the scratch folder, hashed on the way, and renamed into `pools/`, so
-  a task run again after its worker died writes the same file. Returns each pool's size, sha256,
-  and first and last id: the driver records them without reading a byte of the pools.
+  holds a later stretch of rows), merged in id order for an id column. The driver created each
+  pool file with its header while the pools tasks ran (creating thousands of files is slow on
+  some filesystems: off the critical path there); the ids go after it, hashed on the way, at
+  fixed offsets, so a task run again after its worker died (or twice at once) writes the same
+  bytes at the same places. Returns each
+  pool's size, sha256, and first and last id: the driver records them without reading a byte.
 - `check_range`: the ids in [low, high) of every group's run by id, merged, counted like
   `sql/duplicate_ids_all.sql` does, and which groups hold the smallest repeated id.
 """
@@ -14,7 +16,6 @@ from __future__ import annotations
 
 import hashlib
 import os
-import uuid
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -32,7 +33,7 @@ from seqpack_cli.prepare.cluster.merge import (
 from seqpack_cli.prepare.cluster.pool_tasks import run_paths
 from seqpack_cli.prepare.cluster.tasks import check_visible
 from seqpack_cli.prepare.pools.layout import changed_error
-from seqpack_cli.prepared.pool_files import npy_header, pool_file_name, write_all
+from seqpack_cli.prepared.pool_files import POOLS_DIR, npy_header, pool_file_name, write_all
 
 __all__ = ["DuplicatePart", "MergeJob", "WrittenPool", "check_range", "merge_pools"]
 
@@ -62,32 +63,32 @@ class WrittenPool:
 def _write_pool(
     job: MergeJob, length: int, count: int, chunks: Iterable[np.ndarray]
 ) -> WrittenPool:
+    """Write the ids after the header the driver wrote (`pool_files`), hashing header and ids."""
     header = npy_header(count)
-    final = job.output_dir / pool_file_name(length)
-    tmp = job.runs_dir / f"pool-{length}.{uuid.uuid4().hex[:12]}.tmp"
+    try:
+        fd = os.open(job.output_dir / pool_file_name(length), os.O_WRONLY)
+    except FileNotFoundError:
+        check_visible((), [job.output_dir / POOLS_DIR])
+        raise
     digest = hashlib.sha256(header)
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
     written, first, last = 0, 0, 0
     try:
-        write_all(fd, [header])
         for chunk in chunks:
             if not chunk.size:
                 continue
+            if written + chunk.size > count:
+                raise changed_error()
             view = np.ascontiguousarray(chunk, dtype="<i8").data.cast("B")
             digest.update(view)
+            os.lseek(fd, len(header) + 8 * written, os.SEEK_SET)
             write_all(fd, [view])
             first = int(chunk[0]) if not written else first
             written += chunk.size
             last = int(chunk[-1])
-    except BaseException:
+    finally:
         os.close(fd)
-        tmp.unlink(missing_ok=True)
-        raise
-    os.close(fd)
     if written != count:
-        tmp.unlink(missing_ok=True)
         raise changed_error()
-    os.replace(tmp, final)
     return WrittenPool(length, len(header) + 8 * count, digest.hexdigest(), first, last)
 
 
