@@ -148,8 +148,7 @@ def prepare(
         str | None,
         typer.Option(
             "--scheduler",
-            help="With --engine dask: the address of a running Dask scheduler "
-            "(tcp://HOST:PORT).",
+            help="With --engine dask: the address of a running Dask scheduler (tcp://HOST:PORT).",
             show_default=False,
         ),
     ] = None,
