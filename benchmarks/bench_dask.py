@@ -176,7 +176,7 @@ def task_costs(folder: Path, id_column: str | None, workers: int, out: Path) -> 
         wall = time.time() - started
         phases: dict[str, list[float]] = collections.defaultdict(lambda: [0, 0.0, math.inf, 0.0])
         for record in stream.data:
-            phase = str(record["key"]).split("-")[2]
+            phase = str(record["key"]).split("-")[2].replace("_", " ")
             for step in record["startstops"]:
                 if step["action"] == "compute":
                     entry = phases[phase]

@@ -124,7 +124,8 @@ def _start_paused(cluster: CommandLineCluster, command: list[str]) -> tuple[subp
     process = subprocess.Popen(command, env=environment, stderr=subprocess.PIPE, text=True)
     deadline = time.monotonic() + TIMEOUT_S
     while True:
-        busy = [w for w, keys in cluster.executing().items() if any("-pools-" in k for k in keys)]
+        running = cluster.executing().items()
+        busy = [w for w, keys in running if any("-pools-" in key for key in keys)]
         if busy:
             return process, busy[0]
         assert process.poll() is None, process.communicate()[1]

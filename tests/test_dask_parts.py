@@ -109,8 +109,8 @@ def test_group_sizes_follow_the_threads_within_bounds() -> None:
 
 def test_kept_counts_apply_the_over_cap_policy() -> None:
     rows = [(3, 2), (10, 1), (12, 4), (None, 0)]
-    assert kept_counts(rows, 10, "drop") == {3: 2, 10: 1}
-    assert kept_counts(rows, 10, "truncate") == {3: 2, 10: 5}
+    assert kept_counts(rows, 10, "drop").as_dict() == {3: 2, 10: 1}
+    assert kept_counts(rows, 10, "truncate").as_dict() == {3: 2, 10: 5}
 
 
 @settings(max_examples=60, deadline=None)
@@ -123,8 +123,7 @@ def test_kept_counts_apply_the_over_cap_policy() -> None:
 def test_merge_units_cover_every_length_and_locate_each_group_stretch(matrix, unit_ids) -> None:
     lengths = [2, 3, 5, 8, 13]
     group_counts = [
-        {length: count for length, count in zip(lengths, row, strict=True) if count}
-        for row in matrix
+        kept_counts(zip(lengths, row, strict=True), max(lengths), "error") for row in matrix
     ]
     units = merge_units(lengths, group_counts, unit_ids)
     assert [int(x) for unit in units for x in unit.lengths] == lengths

@@ -33,6 +33,7 @@ from seqpack_cli.errors import ConfigError, option
 from seqpack_cli.prepare.cluster.client import Cluster, open_cluster, stop_tasks, task_error
 from seqpack_cli.prepare.cluster.groups import (
     FileGroup,
+    GroupCounts,
     check_ranges,
     footer_chunks,
     group_rows,
@@ -87,7 +88,7 @@ class ClusterEngine:
         self._cluster: Cluster | None = None
         self._futures: list[Any] = []
         self._groups: list[FileGroup] = []
-        self._parts: list[HistogramPart] = []
+        self._counts: list[GroupCounts] = []
         self._pool_files: BackgroundPoolFiles | None = None
         self._tasks_done = 0
         self._tasks_submitted = 0
@@ -136,7 +137,8 @@ class ClusterEngine:
     # ---- submitting and gathering ----------------------------------------------------------
 
     def _prefix(self, phase: str) -> str:
-        return f"seqpack-{self.run_id}-{phase}"
+        """The start of the Dask keys of this run's tasks of `phase` (`seqpack-RUN-PHASE-`)."""
+        return f"seqpack-{self.run_id}-{phase.replace(' ', '_')}"
 
     def _submit(self, phase: str, calls: Sequence[Call]) -> list[Any]:
         client = self.cluster.client
@@ -197,8 +199,13 @@ class ClusterEngine:
         settings = self._settings()
         column = self.config.length_column
         calls = [(group_histogram, (g, column, settings), g.num_rows) for g in self._groups]
-        self._parts = self._run("histogram", calls)
-        return checked_histogram(files, column, self._parts)
+        parts: list[HistogramPart] = self._run("histogram", calls)
+        histogram = checked_histogram(files, column, parts)
+        config = self.config
+        self._counts = [
+            kept_counts(part.rows, config.max_seq_len, str(config.over_cap)) for part in parts
+        ]
+        return histogram
 
     def _task_ids(self, total: int, most: int) -> int:
         share = math.ceil(total / max(1, self.tuning.tasks_per_thread * self.cluster.num_threads))
@@ -208,9 +215,7 @@ class ClusterEngine:
         self, files: Sequence[InputFile], kept: Mapping[int, int], writer: PreparedWriter
     ) -> PoolScan:
         config = self.config
-        counts = [
-            kept_counts(part.rows, config.max_seq_len, str(config.over_cap)) for part in self._parts
-        ]
+        counts = self._counts
         runs_dir = writer.work_dir / "runs"
         runs_dir.mkdir()
         # Every pool file with its header, created here while the groups' tasks run.
@@ -259,7 +264,7 @@ class ClusterEngine:
             self._pool_files.pools.abort()
 
     def _group_pools(
-        self, files: Sequence[InputFile], counts: Sequence[dict[int, int]], runs_dir: Path
+        self, files: Sequence[InputFile], counts: Sequence[GroupCounts], runs_dir: Path
     ) -> dict[int, GroupPools]:
         """Every group's runs written (groups that keep no row have none); NULL ids refused."""
         config = self.config
@@ -268,7 +273,7 @@ class ClusterEngine:
             config.over_cap == "truncate", runs_dir, config.tuning, self._settings(),
             self.tuning.samples, self.tuning.map_span_ratio, self.tuning.memory_ids,
         )  # fmt: skip
-        holding = [group for group in self._groups if counts[group.index]]
+        holding = [group for group in self._groups if counts[group.index].num_ids]
         calls = [(group_pools, (job, g, counts[g.index]), g.num_rows) for g in holding]
         results = dict(zip((g.index for g in holding), self._run("pools", calls), strict=True))
         nulls = [result.nulls for result in results.values() if result.nulls is not None]

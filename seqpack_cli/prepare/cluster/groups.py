@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import itertools
 import math
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -20,6 +20,7 @@ from seqpack_cli.prepare.scan import InputFile
 
 __all__ = [
     "FileGroup",
+    "GroupCounts",
     "MergeUnit",
     "check_ranges",
     "footer_chunks",
@@ -75,9 +76,25 @@ def plan_groups(files: Sequence[InputFile], target_rows: int) -> list[FileGroup]
     return groups
 
 
+@dataclass(frozen=True)
+class GroupCounts:
+    """A group's histogram as the pools pass keeps it: `counts[i]` ids of `lengths[i]`
+    (ascending, every count > 0). Arrays: the driver holds one per group."""
+
+    lengths: np.ndarray
+    counts: np.ndarray
+
+    @property
+    def num_ids(self) -> int:
+        return int(self.counts.sum())
+
+    def as_dict(self) -> dict[int, int]:
+        return dict(zip(self.lengths.tolist(), self.counts.tolist(), strict=True))
+
+
 def kept_counts(
     rows: Iterable[tuple[int | None, int]], max_seq_len: int, over_cap: str
-) -> dict[int, int]:
+) -> GroupCounts:
     """A group's histogram rows as the pools pass keeps them: lengths over `max_seq_len` left
     out (`drop`) or counted at `max_seq_len` (`truncate`); `error` has refused them already."""
     kept: dict[int, int] = {}
@@ -89,7 +106,10 @@ def kept_counts(
                 continue
             length = max_seq_len
         kept[int(length)] = kept.get(int(length), 0) + int(count)
-    return kept
+    lengths = sorted(kept)
+    return GroupCounts(
+        np.array(lengths, dtype=np.int64), np.array([kept[x] for x in lengths], dtype=np.int64)
+    )
 
 
 @dataclass(frozen=True)
@@ -112,15 +132,14 @@ class MergeUnit:
 
 
 def merge_units(
-    lengths: Sequence[int], group_counts: Sequence[Mapping[int, int]], unit_ids: int
+    lengths: Sequence[int], group_counts: Sequence[GroupCounts], unit_ids: int
 ) -> list[MergeUnit]:
     """The kept `lengths` (ascending) cut into units of about `unit_ids` ids (a larger pool is a
     unit of its own), with each group's counts and run offsets for them."""
-    position = {length: j for j, length in enumerate(lengths)}
+    ordered = np.asarray(lengths, dtype=np.int64)
     matrix = np.zeros((len(group_counts), len(lengths)), dtype=np.int64)
     for g, counts in enumerate(group_counts):
-        for length, count in counts.items():
-            matrix[g, position[length]] = count
+        matrix[g, np.searchsorted(ordered, counts.lengths)] = counts.counts
     starts = np.zeros((len(group_counts), len(lengths) + 1), dtype=np.int64)
     np.cumsum(matrix, axis=1, out=starts[:, 1:])
     totals = matrix.sum(axis=0).tolist()

@@ -33,7 +33,7 @@ import duckdb
 import numpy as np
 
 from seqpack_cli.prepare.cluster.group_sort import ids_by_length
-from seqpack_cli.prepare.cluster.groups import FileGroup
+from seqpack_cli.prepare.cluster.groups import FileGroup, GroupCounts
 from seqpack_cli.prepare.cluster.merge import pwrite_all
 from seqpack_cli.prepare.cluster.tasks import TaskSettings, check_visible
 from seqpack_cli.prepare.pools import id_map
@@ -285,12 +285,12 @@ class _Group:
         return GroupPools(num_ids, int(ids[0]), int(ids[-1]), samples)
 
 
-def group_pools(job: PoolsJob, group: FileGroup, counts: dict[int, int]) -> GroupPools:
-    """Write the group's runs (`counts`: its histogram as kept, every count > 0)."""
+def group_pools(job: PoolsJob, group: FileGroup, counts: GroupCounts) -> GroupPools:
+    """Write the group's runs (`counts`: its histogram as kept)."""
     check_visible((file.path for file in group.files), [job.runs_dir])
     con = job.settings.connect()
     try:
-        work = _Group(job, group, counts, con)
+        work = _Group(job, group, counts.as_dict(), con)
         if work.layout.num_ids <= job.memory_ids:
             work.in_memory()
         elif not (work.uses_map() and work.by_map()):
