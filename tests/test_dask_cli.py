@@ -46,10 +46,10 @@ class CommandLineCluster:
         )
 
     def wait_idle(self, workers: int = 2) -> None:
-        """Until `workers` workers are connected and none runs a task."""
+        """Until `workers` workers are connected, and no task is assigned to one or runs."""
         self.client.wait_for_workers(workers, timeout=TIMEOUT_S)
         deadline = time.monotonic() + TIMEOUT_S
-        while any(self.executing().values()):
+        while any(self.client.processing().values()) or any(self.executing().values()):
             assert time.monotonic() < deadline, "the cluster never went idle"
             time.sleep(0.1)
 
