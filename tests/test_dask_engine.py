@@ -121,6 +121,19 @@ def test_progress_reports_tasks_and_rows(cluster: Any, tmp_path: Path) -> None:
     assert done == total == load_prepared(tmp_path / "out").manifest["engine"]["tasks"]
 
 
+def test_ids_numbered_file_after_file_need_no_duplicate_check(cluster: Any, tmp_path: Path) -> None:
+    inputs = write_dataset(tmp_path / "in", ids="blocks")  # each file its own range of ids
+    phases: set[str] = set()
+    config = _config(
+        inputs, tmp_path / "dask", engine="dask", scheduler=cluster.scheduler_address,
+        cluster_tuning=SMALL,
+    )  # fmt: skip
+    prepare_dataset(config, progress=lambda phase, *_: phases.add(phase))
+    assert "pools" in phases and "check ids" not in phases
+    prepare_dataset(_config(inputs, tmp_path / "local"))
+    assert_same_output(tmp_path / "local", tmp_path / "dask")
+
+
 # ---- the same errors ---------------------------------------------------------------------------
 
 

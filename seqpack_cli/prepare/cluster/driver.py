@@ -24,7 +24,7 @@ import math
 import os
 import time
 import uuid
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 from types import TracebackType
 from typing import Any
@@ -75,6 +75,17 @@ _MIN_TASK_IDS = 1 << 16
 
 Call = tuple[Callable[..., Any], tuple[Any, ...], int]
 """A task: its function, its arguments, and its weight on the progress bar (files, rows, ids)."""
+
+
+def _apart(results: Iterable[GroupPools]) -> bool:
+    """Whether no group repeats an id and the groups' [id_min, id_max] ranges are disjoint."""
+    bounds = []
+    for result in results:
+        if result.repeats or result.id_min is None or result.id_max is None:
+            return False
+        bounds.append((result.id_min, result.id_max))
+    bounds.sort()
+    return all(high < low for (_, high), (low, _) in itertools.pairwise(bounds))
 
 
 class ClusterEngine:
@@ -287,8 +298,10 @@ class ClusterEngine:
     def _submit_checks(
         self, results: Mapping[int, GroupPools], runs_dir: Path, num_ids: int
     ) -> tuple[list[Any], list[Call]] | None:
-        """The duplicate checks over ranges of id values (an id column only)."""
-        if self.config.id_column is None:
+        """The duplicate checks over ranges of id values (an id column only); none where no
+        group repeats an id and no two groups' id ranges overlap (e.g. ids numbered file after
+        file): no id can then occur twice."""
+        if self.config.id_column is None or _apart(results.values()):
             return None
         samples = [
             (result.samples, result.num_ids)

@@ -88,6 +88,8 @@ class GroupPools:
     """Evenly spaced ids of the group, ascending (id column only): the checks' ranges."""
     nulls: tuple[int, int, int] | None = None
     """(file index in the inputs' list, row, count) of the group's NULL ids, if any."""
+    repeats: bool = True
+    """Whether an id occurs twice in the group (False: checked, none does)."""
 
 
 def run_paths(runs_dir: Path, group: int) -> tuple[Path, Path]:
@@ -282,7 +284,10 @@ class _Group:
         ids = np.memmap(self.by_id, dtype=np.int64, mode="r", shape=(num_ids,))
         positions = np.linspace(0, num_ids - 1, min(self.job.samples, num_ids)).astype(np.int64)
         samples = np.array(ids[positions])
-        return GroupPools(num_ids, int(ids[0]), int(ids[-1]), samples)
+        chunk = self.job.tuning.map_chunk_ids  # each pair (i, i + 1) compared once
+        ends = [(start, min(start + chunk, num_ids - 1)) for start in range(0, num_ids - 1, chunk)]
+        repeats = any(bool(np.any(ids[a + 1 : b + 1] == ids[a:b])) for a, b in ends)
+        return GroupPools(num_ids, int(ids[0]), int(ids[-1]), samples, repeats=repeats)
 
 
 def group_pools(job: PoolsJob, group: FileGroup, counts: GroupCounts) -> GroupPools:
