@@ -38,16 +38,15 @@ from seqpack_cli.prepare.cluster.merge import pwrite_all
 from seqpack_cli.prepare.cluster.tasks import TaskSettings, check_visible
 from seqpack_cli.prepare.pools import id_map
 from seqpack_cli.prepare.pools.engine import (
-    NullIds,
     first_null_id,
     footer_id_bounds,
     id_cast_error,
     reserve_work_file,
-    stream_batches,
 )
 from seqpack_cli.prepare.pools.layout import Layout, changed_error
 from seqpack_cli.prepare.pools.scatter import scatter
 from seqpack_cli.prepare.pools.split import merged_runs, split_pools
+from seqpack_cli.prepare.pools.stream import NullIds, stream_batches
 from seqpack_cli.prepare.pools.tuning import PoolTuning
 from seqpack_cli.prepare.scan import (
     close_connection,
