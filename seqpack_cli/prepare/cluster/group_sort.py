@@ -12,6 +12,7 @@ is sorted. Memory: 8 bytes per id (the keys), or 18 plus a copy of 8 on the othe
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable, Iterable
 
 import numpy as np
@@ -23,6 +24,20 @@ __all__ = ["ids_by_length"]
 
 _OFFSET_BITS = 48
 _MAX_POSITIONS = 1 << (63 - _OFFSET_BITS)
+
+
+_buffers = threading.local()
+
+
+def _scratch(size: int) -> np.ndarray:
+    """`size` int64 of this thread's buffer, kept from one task to the next: fresh memory costs
+    a page fault per 4 KiB the first time it is written (on some VMs about 2 s per GiB), and a
+    worker runs task after task of about the same size. Holds at most the largest group seen
+    (`ClusterTuning.memory_ids`: 64 MiB)."""
+    buffer = getattr(_buffers, "keys", None)
+    if buffer is None or buffer.size < size:
+        buffer = _buffers.keys = np.empty(size, dtype=np.int64)
+    return buffer[:size]
 
 
 def _packs(layout: Layout, bounds: tuple[int, int] | None) -> bool:
@@ -41,6 +56,7 @@ def ids_by_length(
 ) -> np.ndarray:
     """Every streamed id (batches of [length, ...] columns, `to_ids` giving the ids) in the
     layout's order: pools back to back, each ascending. `bounds`: the ids' [min, max] if known.
+    The result lives in this thread's buffer until the thread's next call.
 
     Raises the changed-inputs `InputError` where the stream disagrees with the layout (a count,
     a length it does not hold, an id outside `bounds`).
@@ -48,7 +64,7 @@ def ids_by_length(
     num = len(layout.lengths)
     packed = _packs(layout, bounds)
     low = bounds[0] if bounds is not None else 0
-    keys = np.empty(layout.num_ids, dtype=np.int64)
+    keys = _scratch(layout.num_ids)
     positions = None if packed else np.empty(layout.num_ids, dtype=layout.position_dtype)
     seen = np.zeros(num + 1, dtype=np.int64)
     at = 0
