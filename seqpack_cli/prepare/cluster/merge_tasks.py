@@ -28,7 +28,6 @@ from seqpack_cli.prepare.cluster.merge import (
     Segment,
     concatenated_segments,
     merged_segments,
-    read_block,
 )
 from seqpack_cli.prepare.cluster.pool_tasks import run_paths
 from seqpack_cli.prepare.cluster.tasks import check_visible
@@ -94,13 +93,15 @@ def _write_pool(
 
 def _from_buffers(job: MergeJob, unit: MergeUnit) -> list[WrittenPool]:
     """A unit that fits `merge_ids`: each group's stretch read once, each pool put together."""
-    buffers = []
-    for group, start, counts in zip(unit.groups.tolist(), unit.starts, unit.counts, strict=True):
-        fd = os.open(run_paths(job.runs_dir, group)[0], os.O_RDONLY)
-        try:
-            buffers.append(read_block(fd, int(start), int(counts.sum())))
-        finally:
-            os.close(fd)
+    # Mapped, not read: the runs' pages are in the page cache already, and a mapping of them
+    # costs less than fresh memory to read them into (a page fault per 4 KiB on first write).
+    buffers = [
+        np.memmap(
+            run_paths(job.runs_dir, group)[0], dtype=np.int64, mode="r",
+            offset=8 * int(start), shape=(int(counts.sum()),),
+        )
+        for group, start, counts in zip(unit.groups.tolist(), unit.starts, unit.counts, strict=True)
+    ]  # fmt: skip
     offsets = np.zeros((len(buffers), len(unit.lengths) + 1), dtype=np.int64)
     np.cumsum(unit.counts, axis=1, out=offsets[:, 1:])
     written = []
