@@ -31,7 +31,6 @@ from __future__ import annotations
 import argparse
 import collections
 import json
-import logging
 import math
 import os
 import shutil
@@ -51,6 +50,7 @@ sys.path.insert(0, str(Path(__file__).parent))
 from bench_prepare import MAX_SEQ_LEN, generate
 
 from seqpack_cli.prepare import PrepareConfig, prepare_dataset
+from seqpack_cli.prepare.cluster.client import local_cluster
 from seqpack_cli.prepare.cluster.tuning import ClusterTuning
 
 TARGET_RATIO = 1.5
@@ -161,15 +161,7 @@ def task_costs(folder: Path, id_column: str | None, workers: int, out: Path) -> 
     costs per task."""
     import distributed
 
-    with (
-        distributed.LocalCluster(
-            n_workers=workers,
-            threads_per_worker=1,
-            dashboard_address=":0",
-            silence_logs=logging.WARNING,
-        ) as cluster,
-        distributed.Client(cluster) as client,
-    ):
+    with local_cluster(workers) as cluster, distributed.Client(cluster) as client:
         config = PrepareConfig(
             inputs=[folder],
             length_column="num_tokens",

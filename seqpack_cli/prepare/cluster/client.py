@@ -24,7 +24,7 @@ from seqpack_cli.prepare.cluster.tuning import ClusterTuning
 from seqpack_cli.prepare.config import PrepareConfig, engine_option
 from seqpack_cli.prepare.db import first_line
 
-__all__ = ["Cluster", "open_cluster", "stop_tasks", "task_error"]
+__all__ = ["Cluster", "local_cluster", "open_cluster", "stop_tasks", "task_error"]
 
 logger = logging.getLogger(__name__)
 
@@ -68,23 +68,30 @@ def _import_distributed() -> Any:
     return distributed
 
 
+def local_cluster(workers: int) -> Any:
+    """A `distributed.LocalCluster` of `workers` processes of one task thread each, as
+    `--workers` starts it."""
+    import dask
+    import distributed
+
+    # Dask's workers return freed memory to the system at once (MALLOC_TRIM_THRESHOLD_), so
+    # every large array is fresh memory, faulted in page by page: that doubled the tasks'
+    # system time. The tasks' memory is bounded by design: glibc's default, then.
+    with dask.config.set({_TRIM: None}):
+        return distributed.LocalCluster(
+            n_workers=workers,
+            threads_per_worker=1,
+            processes=True,
+            dashboard_address=":0",  # no clash with another cluster's 8787
+            silence_logs=logging.WARNING,  # the workers: no INFO lines either
+        )
+
+
 def _connect(distributed: Any, config: PrepareConfig, timeout_s: int) -> tuple[Any, Any]:
     if config.workers is not None:
         cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else 1
-        import dask
-
         try:
-            # Dask's workers return freed memory to the system at once (MALLOC_TRIM_THRESHOLD_),
-            # so every large array is fresh memory, faulted in page by page: that doubled the
-            # tasks' system time. The tasks' memory is bounded by design; glibc's default then.
-            with dask.config.set({_TRIM: None}):
-                local = distributed.LocalCluster(
-                    n_workers=config.workers,
-                    threads_per_worker=1,
-                    processes=True,
-                    dashboard_address=":0",  # no clash with another cluster's 8787
-                    silence_logs=logging.WARNING,  # the workers: no INFO lines either
-                )
+            local = local_cluster(config.workers)
         except Exception as error:
             raise ConfigError(
                 f"cannot start a local Dask cluster of {config.workers} workers "
