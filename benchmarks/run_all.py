@@ -17,6 +17,7 @@ SCRIPTS = [
     "bench_masking.py",
     "bench_streaming.py",
     "bench_token_store.py",
+    "bench_dask.py",
 ]
 
 

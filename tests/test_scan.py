@@ -429,7 +429,7 @@ def test_footer_id_bounds_pick_the_path(tmp_path: Path) -> None:
     ids = np.array([5, 9, 7, 100], dtype=np.int64)
     path = write_parquet(tmp_path / "a.parquet", {"num_tokens": [1, 2, 1, 2], "doc_id": ids})
     files = scan.inspect_inputs([path], "num_tokens", "doc_id")
-    assert pools._footer_id_bounds(files, "doc_id") == (5, 100)
+    assert pools.footer_id_bounds(files, "doc_id") == (5, 100)
     layout = pool_layout.Layout({1: 2, 2: 2})
     assert id_map.fits(layout, 5, 100, 8192)
     assert id_map.fits(layout, 5, 100, 10**9)  # lengths then get dense codes
@@ -445,7 +445,7 @@ def test_footer_id_bounds_pick_the_path(tmp_path: Path) -> None:
         pa.table({"num_tokens": [1, 2, 1, 2], "doc_id": ids}), bare, write_statistics=False
     )
     bare_files = scan.inspect_inputs([bare], "num_tokens", "doc_id")
-    assert pools._footer_id_bounds(bare_files, "doc_id") is None
+    assert pools.footer_id_bounds(bare_files, "doc_id") is None
     got, result = _scan_pools([bare], {1: 2, 2: 2}, id_column="doc_id", tmp_path=tmp_path)
     _assert_pools_equal(got, {1: np.array([5, 7]), 2: np.array([9, 100])})
     assert (result.id_min, result.id_max) == (5, 100)

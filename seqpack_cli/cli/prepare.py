@@ -71,6 +71,13 @@ def _render_prepare(summary: dict[str, Any]) -> None:
         f"{int(summary['efficiency'] * 10_000) / 100:.2f}% "
         f"(lower bound {summary['lower_bound_bins']:,} bins)",
     )
+    engine = summary.get("engine", {})
+    if engine.get("name") == "dask":
+        table.add_row(
+            "engine",
+            f"dask: {engine['workers']} workers ({engine['threads']} threads), "
+            f"{engine['file_groups']} file groups, {engine['tasks']} tasks",
+        )
     store = summary.get("token_store")
     if store:
         table.add_row(
@@ -131,6 +138,33 @@ def prepare(
     tokens_column: Annotated[str | None, TokenStoreColumns["tokens_column"]] = None,
     labels_column: Annotated[str | None, TokenStoreColumns["labels_column"]] = None,
     loss_mask_column: Annotated[str | None, TokenStoreColumns["loss_mask_column"]] = None,
+    engine: Annotated[
+        str,
+        typer.Option(
+            "--engine",
+            metavar="local|dask",
+            help="Where the passes run: local (this process) or dask (tasks on a Dask cluster: "
+            "--scheduler or --workers; inputs and output on a filesystem every worker sees at "
+            "the same path). The output is byte-identical either way.",
+        ),
+    ] = "local",
+    scheduler: Annotated[
+        str | None,
+        typer.Option(
+            "--scheduler",
+            help="With --engine dask: the address of a running Dask scheduler (tcp://HOST:PORT).",
+            show_default=False,
+        ),
+    ] = None,
+    workers: Annotated[
+        int | None,
+        typer.Option(
+            "--workers",
+            help="With --engine dask: start a local cluster of this many worker processes for "
+            "the run.",
+            show_default=False,
+        ),
+    ] = None,
     quiet: QuietOption = False,
     json_output: JsonOption = False,
 ) -> None:
@@ -155,6 +189,9 @@ def prepare(
         tokens_column=tokens_column,
         labels_column=labels_column,
         loss_mask_column=loss_mask_column,
+        engine=engine,
+        scheduler=scheduler,
+        workers=workers,
     )
     started = time.perf_counter()
     with rich_progress(enabled=not (quiet or json_output)) as progress:

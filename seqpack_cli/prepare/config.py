@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib.util
 import os
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -11,11 +12,14 @@ from typing import Any
 from seqpack_cli.checks import check_int, check_max_seq_len, check_max_seqs_per_bin
 from seqpack_cli.errors import ConfigError, option
 from seqpack_cli.interrupts import signals_held
+from seqpack_cli.prepare.cluster.tuning import ClusterTuning
 from seqpack_cli.prepare.pools.tuning import PoolTuning
 
-__all__ = ["OVER_CAP", "PACKERS", "PrepareConfig", "over_cap_option"]
+__all__ = ["ENGINES", "OVER_CAP", "PACKERS", "PrepareConfig", "engine_option", "over_cap_option"]
 
 PACKERS = ("batched", "per-item")
+ENGINES = ("local", "dask")
+"""Where `prepare_dataset` runs its passes: in this process, or as tasks on a Dask cluster."""
 OVER_CAP = ("error", "drop", "truncate", "split")
 """What `over_cap` does with sequences longer than max_seq_len: refuse the inputs, leave them
 out, keep them with the length max_seq_len (the collator is to take their first tokens), or (with
@@ -42,6 +46,11 @@ def _over_cap(value: Any, filter_over_cap: bool) -> str:
             "pass only one of them"
         )
     return value
+
+
+def engine_option(value: str) -> str:
+    """`--engine VALUE` / `engine='VALUE'`, inside a message."""
+    return option(f"engine {value}", python=f"engine={value!r}")
 
 
 def _column_name(value: Any, field: str) -> str:
@@ -82,6 +91,14 @@ class PrepareConfig:
     """With `tokens_column`: per-token labels to store beside them (`labels/`, signed)."""
     loss_mask_column: str | None = None
     """With `tokens_column`: a per-token 0/1 loss mask to store instead (`loss_mask/`)."""
+    engine: str = "local"
+    """`local` (this process) or `dask` (tasks on a Dask cluster: `scheduler` or `workers`)."""
+    scheduler: str | None = None
+    """With engine `dask`: the address of a running Dask scheduler (e.g. tcp://host:8786)."""
+    workers: int | None = None
+    """With engine `dask`: start a local cluster of this many worker processes for the run."""
+    cluster_tuning: ClusterTuning = field(default_factory=ClusterTuning)
+    """The sizes the Dask engine cuts its work into (not a CLI option): tests shrink them."""
 
     def __post_init__(self) -> None:
         with signals_held():  # the first import of DuckDB, which a signal must not cut short
@@ -124,6 +141,7 @@ class PrepareConfig:
         object.__setattr__(self, "filter_over_cap", over_cap == "drop")
         object.__setattr__(self, "overwrite", bool(self.overwrite))
         self._check_store_columns()
+        self._check_engine()
 
     def _check_store_columns(self) -> None:
         """The token store's columns: names, each once, labels or a mask only with tokens."""
@@ -158,4 +176,46 @@ class PrepareConfig:
                 f"the columns {option('tokens_column')}, {option('labels_column')}, "
                 f"{option('loss_mask_column')} and {option('id_column')} are {values}; each "
                 "must name a different column"
+            )
+
+    def _check_engine(self) -> None:
+        """The engine, and a cluster (`scheduler` or `workers`) exactly when it is `dask`."""
+        if self.engine not in ENGINES:
+            raise ConfigError(
+                f"{option('engine')} is {self.engine!r}; expected one of {', '.join(ENGINES)}"
+            )
+        cluster = [name for name in ("scheduler", "workers") if getattr(self, name) is not None]
+        if self.engine == "local":
+            if cluster:
+                raise ConfigError(
+                    f"{option(cluster[0])} is set, which only {engine_option('dask')} uses; pass "
+                    f"{engine_option('dask')} too, or leave {option(cluster[0])} out"
+                )
+            return
+        if len(cluster) != 1:
+            given = "neither was given" if not cluster else "both were given"
+            raise ConfigError(
+                f"{engine_option('dask')} needs one of {option('scheduler')} (the address of a "
+                f"running Dask scheduler, e.g. tcp://HOST:8786) or {option('workers')} N (a "
+                f"local cluster for this run); {given}"
+            )
+        if not isinstance(self.cluster_tuning, ClusterTuning):
+            tuning = self.cluster_tuning
+            raise ConfigError(f"cluster_tuning is {tuning!r}; expected a ClusterTuning")
+        if self.workers is not None:
+            check_int(option("workers"), self.workers, minimum=1)
+        elif not isinstance(self.scheduler, str) or not self.scheduler.strip():
+            raise ConfigError(
+                f"{option('scheduler')} is {self.scheduler!r}; expected a Dask scheduler address "
+                "such as tcp://HOST:8786"
+            )
+        if self.tokens_column is not None:
+            raise ConfigError(
+                f"{option('tokens_column')} is not yet supported with {engine_option('dask')}; "
+                f"use {engine_option('local')} to write a token store"
+            )
+        if importlib.util.find_spec("distributed") is None:
+            raise ConfigError(
+                f"{engine_option('dask')} needs Dask distributed, which is not installed: "
+                "pip install 'seqpack[dask]'"
             )

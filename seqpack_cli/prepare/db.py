@@ -348,7 +348,7 @@ def fetch_with_progress(
         return con.sql(sql, params=dict(params)).fetchall()
     outcome: list[Any] = []
 
-    finished = threading.Event()  # waited on, not join()ed: see pools._stream_batches
+    finished = threading.Event()  # waited on, not join()ed: see pools.stream.stream_batches
 
     def work() -> None:
         try:

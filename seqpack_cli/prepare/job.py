@@ -279,46 +279,17 @@ def _plan(
 
 
 def _two_passes(
-    writer: PreparedWriter,
-    files: Sequence[Any],
-    config: PrepareConfig,
-    progress: ProgressCallback | None,
-    started: float,
+    writer: PreparedWriter, engine: Any, files: Sequence[Any], config: PrepareConfig, started: float
 ) -> tuple[dict[int, int], dict[str, int], Counter[tuple[int, ...]], Any, Any]:
-    """DuckDB's histogram pass, the packing, and DuckDB's pools pass: (kept lengths, over-cap
-    counts, templates, stats, what the pools pass saw)."""
-    from seqpack_cli.prepare.pools.engine import scan_pools
-    from seqpack_cli.prepare.scan import close_connection, connect, length_histogram
-
-    con = connect(
-        threads=config.threads, memory_limit=config.memory_limit, temp_dir=config.temp_dir
+    """The engine's histogram pass, the packing, and the engine's pools pass: (kept lengths,
+    over-cap counts, templates, stats, what the pools pass saw)."""
+    histogram = engine.histogram(files)
+    logger.info(
+        "histogram: %d distinct lengths (%.2fs)", len(histogram), time.perf_counter() - started
     )
-    try:
-        histogram = length_histogram(con, files, config.length_column, progress=progress)
-        logger.info(
-            "histogram: %d distinct lengths (%.2fs)",
-            len(histogram),
-            time.perf_counter() - started,
-        )
-        kept, over_cap = _apply_over_cap(histogram, config)
-        writer.create_pool_files(kept)
-        templates, stats = _plan(kept, config, started)
-        scanned = scan_pools(
-            con,
-            files,
-            config.length_column,
-            kept,
-            id_column=config.id_column,
-            max_seq_len=config.max_seq_len,
-            work_dir=writer.work_dir,
-            append_pool=writer.append_pool,
-            workers=config.threads,
-            progress=progress,
-            tuning=config.tuning,
-            truncate=config.over_cap == "truncate",
-        )
-    finally:
-        close_connection(con)
+    kept, over_cap = _apply_over_cap(histogram, config)
+    templates, stats = _plan(kept, config, started)
+    scanned = engine.pools(files, kept, writer)
     logger.info("pools written (%.2fs)", time.perf_counter() - started)
     return kept, over_cap, templates, stats, scanned
 
@@ -333,9 +304,10 @@ def prepare_dataset(config: PrepareConfig, *, progress: ProgressCallback | None 
     Output bytes depend only on the inputs' contents and the packing options, not on `threads`
     or on the order the inputs were named in.
     """
+    from seqpack_cli.prepare.engines import open_engine
     from seqpack_cli.prepare.one_pass import Fallback, OnePass, read_in_one_pass
     from seqpack_cli.prepare.pools.layout import changed_error
-    from seqpack_cli.prepare.scan import inspect_inputs, resolve_inputs
+    from seqpack_cli.prepare.scan import resolve_inputs
 
     started = time.perf_counter()
     output = Path(config.output)
@@ -344,16 +316,23 @@ def prepare_dataset(config: PrepareConfig, *, progress: ProgressCallback | None 
     _check_outside(output, paths)
     recover_siblings(output)  # killed runs' leftovers: an old copy put back, temporaries removed
     check_output(output, overwrite=config.overwrite)
-    files = inspect_inputs(paths, config.length_column, config.id_column)
-    if not sum(file.num_rows for file in files):
-        raise InputError(
-            f"the {len(files)} input file(s) hold no rows (e.g. {files[0].path}); point prepare "
-            "at the dataset's data files"
-        )
-    logger.info("%d input files, %d rows", len(files), sum(file.num_rows for file in files))
     # The temporary directory exists from here on, so an unwritable output fails before the
-    # heavy work, and any exit (error, Ctrl-C, SIGTERM) removes it.
-    with PreparedWriter(output, overwrite=config.overwrite) as writer:
+    # heavy work, and any exit (error, Ctrl-C, SIGTERM) removes it. The engine is left first: it
+    # stops its work before the directory is removed. The two passes (without a token store, or
+    # to word what the one pass found wrong) cannot split: they check the inputs as truncate would.
+    split = config.over_cap == "split"
+    checked = dataclasses.replace(config, over_cap="truncate") if split else config
+    with (
+        PreparedWriter(output, overwrite=config.overwrite) as writer,
+        open_engine(checked, progress=progress) as engine,
+    ):
+        files = engine.inspect(paths)
+        if not sum(file.num_rows for file in files):
+            raise InputError(
+                f"the {len(files)} input file(s) hold no rows (e.g. {files[0].path}); point "
+                "prepare at the dataset's data files"
+            )
+        logger.info("%d input files, %d rows", len(files), sum(file.num_rows for file in files))
         one_pass = None
         if config.tokens_column is not None:  # the token column read once for everything
             one_pass = read_in_one_pass(writer, paths, config, progress=progress)
@@ -364,12 +343,8 @@ def prepare_dataset(config: PrepareConfig, *, progress: ProgressCallback | None 
             store = one_pass.finish(writer)  # while the pool files are being created
             scanned = one_pass.write_pools(kept, writer.append_pool, progress=progress)
         else:
-            # The two passes (without a token store, or to word what the one pass found wrong).
-            # They cannot split: they check the inputs as truncate would.
-            split = config.over_cap == "split"
-            checked = dataclasses.replace(config, over_cap="truncate") if split else config
             kept, over_cap, templates, stats, scanned = _two_passes(
-                writer, files, checked, progress, started
+                writer, engine, files, checked, started
             )
             store = _write_store(writer, paths, checked, kept)
             if split:  # they found nothing wrong: what the one pass found stands
@@ -379,6 +354,7 @@ def prepare_dataset(config: PrepareConfig, *, progress: ProgressCallback | None 
         writer.write_bytes(TEMPLATES_NAME, templates_to_json(templates))
         id_range = (scanned.id_min, scanned.id_max)
         manifest = _manifest(config, files, kept, templates, stats, over_cap, id_range)
+        manifest["engine"] = engine.describe()
         if store:
             manifest[TOKEN_STORE_KEY] = store
         sources = _opened(store, writer.tmp_path)  # mapped now: no race with a later run
@@ -407,5 +383,6 @@ def prepare_summary(prepared: Prepared, *, seconds: float) -> dict[str, Any]:
         **manifest["summary"],
         "config": manifest["config"],
         "inputs": inputs_overview(manifest),
+        **({"engine": manifest["engine"]} if "engine" in manifest else {}),
         **({TOKEN_STORE_KEY: manifest[TOKEN_STORE_KEY]} if TOKEN_STORE_KEY in manifest else {}),
     }

@@ -158,7 +158,7 @@ class OnePass:
                 if digest is None:
                     writer.record_file(f"{role}/{name}")
                 else:
-                    writer.record_hashed(f"{role}/{name}", path.stat().st_size, digest)
+                    writer.record_written(f"{role}/{name}", path.stat().st_size, digest)
             section[role] = {
                 "column": column,
                 "dtype": dtype.name,

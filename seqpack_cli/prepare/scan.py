@@ -19,7 +19,7 @@ side (connection, settings, SQL, error wording, how paths and columns are bound)
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -46,13 +46,18 @@ from seqpack_cli.progress import ProgressCallback
 
 __all__ = [
     "PARQUET_SUFFIXES",
+    "Footer",
+    "HistogramPart",
     "InputFile",
+    "check_footers",
     "check_memory_limit",
     "check_temp_dir",
+    "checked_histogram",
     "close_connection",
     "connect",
     "duckdb_path",
     "first_line",
+    "histogram_part",
     "inspect_inputs",
     "is_token_lists",
     "length_histogram",
@@ -61,6 +66,7 @@ __all__ = [
     "location",
     "one_row",
     "read_error",
+    "read_footer",
     "read_params",
     "resolve_inputs",
     "scan_length_histogram",
@@ -179,17 +185,40 @@ def _schema_difference(
     return f"it has a column {extra!r} that {reference_path} lacks"
 
 
-def inspect_inputs(
-    paths: Sequence[Path], length_column: str, id_column: str | None = None
-) -> list[InputFile]:
-    """Read every footer: row counts and sizes, and the checks that need no data.
+@dataclass(frozen=True)
+class Footer:
+    """One parquet input's footer as `read_footer` read it: what `check_footers` compares."""
 
-    Raises `InputError` for a path that is not a regular file, a file that is not parquet (or is
-    truncated), a missing length/id column (names match exactly), an id column that is not of
-    integers, a length column that is neither integers nor lists of integers, a column read
-    that another column's name equals ignoring case (DuckDB could read either), and files whose
-    schemas (names and types) disagree.
-    """
+    path: Path
+    num_bytes: int
+    num_rows: int
+    names: tuple[str, ...]
+    types: dict[str, pa.DataType]
+
+
+def read_footer(path: Path) -> Footer:
+    """The footer of one input; `InputError` for a path that is not a regular file, or a file that
+    is not parquet (or is truncated)."""
+    why = not_regular(path)
+    if why == "missing":
+        raise InputError(f"input file {path} does not exist; check the path")
+    if why is not None:
+        raise InputError(f"input {path} is {why}; inputs are parquet files: leave it out")
+    try:
+        with open(path, "rb") as handle:  # pyarrow takes only UTF-8 path names
+            metadata = pq.read_metadata(handle)
+        schema = metadata.schema.to_arrow_schema()
+    except (pa.ArrowException, OSError) as error:
+        raise InputError(
+            f"input file {path} is not a readable parquet file ({first_line(error)}); "
+            "leave it out of the inputs or rewrite it as parquet"
+        ) from None
+    types = {field.name: field.type for field in schema}
+    return Footer(path, path.stat().st_size, metadata.num_rows, tuple(schema.names), types)
+
+
+def _check_columns(length_column: str, id_column: str | None) -> list[str]:
+    """The columns read (length, then id), as names `inspect_inputs` can look for."""
     for role, column in (("length", length_column), ("id", id_column)):
         if column is not None and (not isinstance(column, str) or not column):
             raise InputError(
@@ -201,34 +230,31 @@ def inspect_inputs(
             f"must be unique per sequence: name another column, or leave {option('id_column')} "
             "unset to use row indexes as ids"
         )
-    read = [length_column] if id_column is None else [length_column, id_column]
+    return [length_column] if id_column is None else [length_column, id_column]
+
+
+def check_footers(
+    footers: Iterable[Footer | InputError], length_column: str, id_column: str | None = None
+) -> list[InputFile]:
+    """The checks of `inspect_inputs` over footers read already (in the inputs' order): an
+    `InputError` in place of a footer is raised when its turn comes, so the first problem in
+    the inputs' order is the one reported, whoever read the footers."""
+    read = _check_columns(length_column, id_column)
     files: list[InputFile] = []
-    reference: tuple[Path, dict[str, pa.DataType]] | None = None
+    reference: Footer | None = None
     column_types: tuple[tuple[str, str], ...] = ()
-    for path in paths:
-        why = not_regular(path)
-        if why == "missing":
-            raise InputError(f"input file {path} does not exist; check the path")
-        if why is not None:
-            raise InputError(f"input {path} is {why}; inputs are parquet files: leave it out")
-        try:
-            with open(path, "rb") as handle:  # pyarrow takes only UTF-8 path names
-                metadata = pq.read_metadata(handle)
-            names = metadata.schema.to_arrow_schema().names
-            types = {field.name: field.type for field in metadata.schema.to_arrow_schema()}
-        except (pa.ArrowException, OSError) as error:
-            raise InputError(
-                f"input file {path} is not a readable parquet file ({first_line(error)}); "
-                "leave it out of the inputs or rewrite it as parquet"
-            ) from None
+    for footer in footers:
+        if isinstance(footer, InputError):
+            raise footer
+        path, names, types = footer.path, list(footer.names), footer.types
         if reference is None:
             column_types = tuple(
                 (column, _check_column(path, names, types, column, role))
                 for column, role in zip(read, ("length", "id"), strict=False)
             )
-            reference = (path, types)
-        elif types != reference[1]:
-            difference = _schema_difference(types, reference[1], reference[0])
+            reference = footer
+        elif types != reference.types:
+            difference = _schema_difference(types, reference.types, reference.path)
             raise InputError(
                 f"input file {path} has a different schema from the other inputs: {difference}; "
                 "all inputs need the same columns and types (in any order): rewrite it or leave "
@@ -237,8 +263,22 @@ def inspect_inputs(
         elif len(names) != len(types):  # the same names, one of them maybe twice
             for column, role in zip(read, ("length", "id"), strict=False):
                 _check_column(path, names, types, column, role)
-        files.append(InputFile(path, path.stat().st_size, metadata.num_rows, column_types))
+        files.append(InputFile(path, footer.num_bytes, footer.num_rows, column_types))
     return files
+
+
+def inspect_inputs(
+    paths: Sequence[Path], length_column: str, id_column: str | None = None
+) -> list[InputFile]:
+    """Read every footer: row counts and sizes, and the checks that need no data.
+
+    Raises `InputError` for a path that is not a regular file, a file that is not parquet (or is
+    truncated), a missing length/id column (names match exactly), an id column that is not of
+    integers, a length column that is neither integers nor lists of integers, a column read
+    that another column's name equals ignoring case (DuckDB could read either), and files whose
+    schemas (names and types) disagree.
+    """
+    return check_footers((read_footer(path) for path in paths), length_column, id_column)
 
 
 # ---- the histogram pass -----------------------------------------------------------------------
@@ -260,16 +300,27 @@ def length_query(files: Sequence[InputFile], length_column: str, name: str) -> s
     return f"{name}_of_lists" if is_token_lists(files, length_column) else name
 
 
-def length_histogram(
+@dataclass(frozen=True)
+class HistogramPart:
+    """The histogram query's result over some of the inputs, unchecked: `(length, count)` rows
+    (NULL and non-positive lengths included), and how many of them are bad with the first
+    (file index in the whole inputs' list, row in that file, value)."""
+
+    rows: list[tuple[int | None, int]]
+    num_bad: int = 0
+    first_bad: tuple[int, int, int | None] | None = None
+
+
+def histogram_part(
     con: duckdb.DuckDBPyConnection,
     files: Sequence[InputFile],
     length_column: str,
     *,
+    first_file: int = 0,
     progress: ProgressCallback | None = None,
-) -> dict[int, int]:
-    """`{length: count}` over all rows, ascending; `InputError` for NULL or non-positive lengths
-    (NULL or empty token lists), and for a row count that is not the footers' (inputs changed,
-    or misread)."""
+) -> HistogramPart:
+    """Run the histogram query over `files` (numbered from `first_file` in the whole inputs'
+    list), and locate the first bad length if any; `checked_histogram` words the problems."""
     params = read_params(files, length_column)
     total_rows = sum(file.num_rows for file in files)
     try:
@@ -282,33 +333,65 @@ def length_histogram(
             progress=progress,
         )
         bad = sum(count for length, count in rows if length is None or length <= 0)
-        if bad:
-            first_bad = length_query(files, length_column, "first_bad_length")
-            file_index, row, value = one_row(con, first_bad, params)
+        if not bad:
+            return HistogramPart(rows)
+        first_bad = length_query(files, length_column, "first_bad_length")
+        file_index, row, value = one_row(con, first_bad, params)
     except duckdb.Error as error:
         raise read_error(error) from None
-    num_read = sum(count for _, count in rows)
+    return HistogramPart(rows, bad, (first_file + file_index, row, value))
+
+
+def checked_histogram(
+    files: Sequence[InputFile], length_column: str, parts: Sequence[HistogramPart]
+) -> dict[int, int]:
+    """`{length: count}` over the parts (which together read all of `files`), ascending;
+    `InputError` for NULL or non-positive lengths (NULL or empty token lists), and for a row
+    count that is not the footers' (inputs changed, or misread)."""
+    counts: dict[int | None, int] = {}
+    for part in parts:
+        for length, count in part.rows:
+            counts[length] = counts.get(length, 0) + int(count)
+    total_rows = sum(file.num_rows for file in files)
+    num_read = sum(counts.values())
     if num_read != total_rows:
         raise InputError(
             f"DuckDB read {num_read} rows from the {len(files)} input files, whose footers count "
             f"{total_rows}; the inputs changed while they were read: run again once they are "
             "complete"
         )
-    if bad and is_token_lists(files, length_column):
-        shown = "NULL" if value is None else "an empty list"
-        raise InputError(
-            f"length column {length_column!r} has {bad} NULL or empty token lists, the first "
-            f"({shown}) in {location(files, file_index, row)}; every sequence needs at least "
-            "one token: fix or drop those rows before prepare"
-        )
+    bad = sum(part.num_bad for part in parts)
     if bad:
+        file_index, row, value = min(part.first_bad for part in parts if part.first_bad)
+        where = location(files, file_index, row)
+        if is_token_lists(files, length_column):
+            shown = "NULL" if value is None else "an empty list"
+            raise InputError(
+                f"length column {length_column!r} has {bad} NULL or empty token lists, the first "
+                f"({shown}) in {where}; every sequence needs at least one token: fix or drop "
+                "those rows before prepare"
+            )
         shown = "NULL" if value is None else str(value)
         raise InputError(
             f"length column {length_column!r} has {bad} NULL, zero or negative lengths, the first "
-            f"({shown}) in {location(files, file_index, row)}; every sequence needs a length "
-            "> 0: fix or drop those rows before prepare"
+            f"({shown}) in {where}; every sequence needs a length > 0: fix or drop those rows "
+            "before prepare"
         )
-    return {int(length): int(count) for length, count in sorted(rows)}
+    return {int(key): counts[key] for key in sorted(key for key in counts if key is not None)}
+
+
+def length_histogram(
+    con: duckdb.DuckDBPyConnection,
+    files: Sequence[InputFile],
+    length_column: str,
+    *,
+    progress: ProgressCallback | None = None,
+) -> dict[int, int]:
+    """`{length: count}` over all rows, ascending; `InputError` for NULL or non-positive lengths
+    (NULL or empty token lists), and for a row count that is not the footers' (inputs changed,
+    or misread)."""
+    part = histogram_part(con, files, length_column, progress=progress)
+    return checked_histogram(files, length_column, [part])
 
 
 def scan_length_histogram(

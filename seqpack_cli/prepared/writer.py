@@ -215,9 +215,19 @@ class PreparedWriter:
             raise self._write_error(error, name) from None
         self._record(name, size, digest.hexdigest())
 
-    def record_hashed(self, name: str, num_bytes: int, sha256: str) -> None:
-        """Record a file already written into `tmp_path` whose size and sha256 the caller took
-        while writing it (so it is not read back)."""
+    def record_written(self, name: str, num_bytes: int, sha256: str) -> None:
+        """Record a file written into `tmp_path` and hashed on the way (a pool written by a
+        cluster task, a token store file hashed while streamed), without reading it back; its
+        size is checked."""
+        try:
+            size = (self.tmp_path / name).stat().st_size
+        except OSError as error:
+            raise self._write_error(error, name) from None
+        if size != num_bytes:
+            raise ConfigError(
+                f"{name} in {self.tmp_path} holds {size} bytes, but the task that wrote it wrote "
+                f"{num_bytes}; is {self.output} on a filesystem every worker sees at this path?"
+            )
         self._record(name, num_bytes, sha256)
 
     def finish_pools(self) -> None:

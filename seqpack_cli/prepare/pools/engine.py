@@ -28,8 +28,6 @@ from __future__ import annotations
 import errno
 import logging
 import os
-import queue
-import threading
 import time
 from collections.abc import Callable, Generator, Mapping, Sequence
 from dataclasses import dataclass
@@ -41,12 +39,12 @@ import numpy as np
 import pyarrow.parquet as pq
 
 from seqpack_cli.errors import ConfigError, InputError, option
-from seqpack_cli.interrupts import signals_held
 from seqpack_cli.prepare.pools import id_map
 from seqpack_cli.prepare.pools.id_checks import IdCheck, check_duplicates
 from seqpack_cli.prepare.pools.layout import Layout, PoolAppend, changed_error, num_workers
 from seqpack_cli.prepare.pools.scatter import scatter
 from seqpack_cli.prepare.pools.split import split_pools
+from seqpack_cli.prepare.pools.stream import NullIds, stream_batches
 from seqpack_cli.prepare.pools.tuning import PoolTuning
 from seqpack_cli.prepare.scan import (
     InputFile,
@@ -60,7 +58,17 @@ from seqpack_cli.prepare.scan import (
 )
 from seqpack_cli.progress import ProgressCallback
 
-__all__ = ["PoolScan", "reserve_work_file", "scan_pools"]
+__all__ = [
+    "NullIds",
+    "PoolScan",
+    "first_null_id",
+    "footer_id_bounds",
+    "id_cast_error",
+    "null_ids_error",
+    "reserve_work_file",
+    "scan_pools",
+    "stream_batches",
+]
 
 logger = logging.getLogger(__name__)
 
@@ -74,72 +82,7 @@ class PoolScan:
     id_max: int | None
 
 
-class _NullIds(Exception):
-    """Raised by the batch producer when the id column holds NULLs (worded by the caller)."""
-
-
-_DONE = object()
-
-
-def _stream_batches(
-    con: duckdb.DuckDBPyConnection, sql: str, params: Mapping[str, Any], batch_rows: int
-) -> Generator[list[np.ndarray], None, None]:
-    """A query's Arrow batches as numpy columns, fetched by a thread one step ahead.
-
-    DuckDB decodes the next batches (without the GIL) while the caller places this one.
-    """
-    batches: queue.Queue[Any] = queue.Queue(maxsize=2)
-    stop = threading.Event()
-    finished = threading.Event()  # set once the thread is out of DuckDB for good
-
-    def put(item: Any) -> bool:
-        while not stop.is_set():
-            try:
-                batches.put(item, timeout=0.1)
-                return True
-            except queue.Full:
-                continue
-        return False
-
-    def produce() -> None:
-        reader = None
-        try:
-            reader = con.sql(sql, params=dict(params)).to_arrow_reader(batch_rows)
-            for batch in reader:
-                if any(column.null_count for column in batch.columns):
-                    raise _NullIds
-                columns = [column.to_numpy(zero_copy_only=False) for column in batch.columns]
-                if not put(columns):
-                    return
-            put(_DONE)
-        except BaseException as error:  # handed to the consuming thread
-            put(error)
-        finally:
-            # Release the result now: DuckDB runs no other query on this connection until then
-            # (and the error's traceback would otherwise keep it alive).
-            if reader is not None:
-                reader.close()
-            finished.set()
-
-    producer = threading.Thread(target=produce, name="seqpack-scan", daemon=True)
-    producer.start()
-    try:
-        while (item := batches.get()) is not _DONE:
-            if isinstance(item, BaseException):
-                raise item
-            yield item
-    finally:
-        # Wait on an Event with signals held, never on join(): a signal that cuts a join short
-        # makes Python 3.11 take the thread for finished, and a thread still inside DuckDB when
-        # the interpreter exits aborts the process (SIGABRT, "exception not rethrown").
-        if not finished.is_set():
-            stop.set()
-            con.interrupt()
-        with signals_held():
-            finished.wait()
-
-
-def _footer_id_bounds(files: Sequence[InputFile], id_column: str) -> tuple[int, int] | None:
+def footer_id_bounds(files: Sequence[InputFile], id_column: str) -> tuple[int, int] | None:
     """The id column's [min, max] from the parquet footers' statistics; None where any row group
     lacks them (the pass then takes the path that needs no bounds)."""
     low: int | None = None
@@ -163,15 +106,32 @@ def _footer_id_bounds(files: Sequence[InputFile], id_column: str) -> tuple[int, 
     return None if low is None or high is None else (int(low), int(high))
 
 
-def _null_ids_error(
-    con: duckdb.DuckDBPyConnection, files: Sequence[InputFile], id_column: str | None
-) -> InputError:
-    assert id_column is not None
+def first_null_id(
+    con: duckdb.DuckDBPyConnection, files: Sequence[InputFile], id_column: str
+) -> tuple[int, int, int]:
+    """(file index, row, number of NULL ids) of `files`' first NULL id (DuckDB finds it)."""
     file_index, row, num_null = one_row(con, "first_null_id", read_params(files, id_column))
+    return int(file_index), int(row), int(num_null)
+
+
+def null_ids_error(
+    files: Sequence[InputFile], id_column: str, file_index: int, row: int, num_null: int
+) -> InputError:
+    """`num_null` NULL ids over `files`, the first in `files[file_index]` at `row`."""
     return InputError(
         f"id column {id_column!r} ({option('id_column')}) has {num_null} NULL ids, the first "
         f"in {location(files, file_index, row)}; ids must be non-null: fill them, or drop "
         f"{option('id_column')} to use row indexes as ids"
+    )
+
+
+def id_cast_error(error: duckdb.ConversionException) -> InputError:
+    """An id that does not fit int64. DuckDB's message names the column and the value. Only ids
+    can fail their cast: lengths are cast after least(length, max_seq_len), so they are at most
+    max_seq_len."""
+    return InputError(
+        f"{first_line(error)}; ids must fit in a signed 64-bit integer: renumber the ids, or "
+        f"drop {option('id_column')} to use row indexes as ids"
     )
 
 
@@ -303,7 +263,7 @@ def scan_pools(
             return row_offsets[columns[1]] + columns[2]
     else:
         sql = load_sql(length_query(files, length_column, "pool_rows_by_id"))
-        bounds = _footer_id_bounds(files, id_column)
+        bounds = footer_id_bounds(files, id_column)
 
         def to_ids(columns: list[np.ndarray]) -> np.ndarray:
             return columns[1]
@@ -312,7 +272,7 @@ def scan_pools(
     flat_path = work_dir / "ids.bin"
     if not by_map:
         reserve_work_file(flat_path, 8 * layout.num_ids)
-    batches = _stream_batches(con, sql, params, tuning.batch_rows)
+    batches = stream_batches(con, sql, params, tuning.batch_rows)
     check = None
     try:
         if by_map:
@@ -339,15 +299,11 @@ def scan_pools(
                 track_range=id_column is not None,
                 progress=progress,
             )
-    except _NullIds:
-        raise _null_ids_error(con, files, id_column) from None
+    except NullIds:
+        assert id_column is not None
+        raise null_ids_error(files, id_column, *first_null_id(con, files, id_column)) from None
     except duckdb.ConversionException as error:
-        # DuckDB's message names the column and the value. Only ids can fail their cast: lengths
-        # are cast after least(length, max_seq_len), so they are at most max_seq_len.
-        raise InputError(
-            f"{first_line(error)}; ids must fit in a signed 64-bit integer: renumber the ids, or "
-            f"drop {option('id_column')} to use row indexes as ids"
-        ) from None
+        raise id_cast_error(error) from None
     except duckdb.Error as error:
         raise read_error(error) from None
     finally:

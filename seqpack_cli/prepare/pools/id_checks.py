@@ -29,7 +29,7 @@ from seqpack_cli.prepare.scan import (
     read_params,
 )
 
-__all__ = ["IdCheck", "check_duplicates"]
+__all__ = ["IdCheck", "check_duplicates", "duplicate_ids_error"]
 
 logger = logging.getLogger(__name__)
 
@@ -164,8 +164,21 @@ def check_duplicates(
         where = con.sql(load_sql("id_locations"), params={**params, "id": example}).fetchall()
     except duckdb.Error as error:
         raise read_error(error) from None
+    raise duplicate_ids_error(files, id_column, num_duplicated, num_extra, example, where)
+
+
+def duplicate_ids_error(
+    files: Sequence[InputFile],
+    id_column: str,
+    num_duplicated: int,
+    num_extra: int,
+    example: int,
+    where: Sequence[tuple[int, int]],
+) -> InputError:
+    """`num_duplicated` ids occur more than once (`num_extra` rows beyond the first of each);
+    the smallest is `example`, first found at `where` ((file index, row) pairs, in order)."""
     places = " and ".join(location(files, file_index, row) for file_index, row in where)
-    raise InputError(
+    return InputError(
         f"id column {id_column!r} ({option('id_column')}) has {num_duplicated} duplicated ids "
         f"({num_extra} extra rows), e.g. id {example} in {places}; ids must be unique: fix the "
         f"data, or drop {option('id_column')} to use row indexes as ids"

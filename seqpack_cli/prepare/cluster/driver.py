@@ -1,0 +1,354 @@
+"""`ClusterEngine`: prepare's passes as Dask tasks, gathered and checked as the local job does.
+
+The phases, each a set of tasks over file groups (`groups`) whose small results come back here:
+
+1. footers (`tasks.read_footers`), checked in the inputs' order (`scan.check_footers`);
+2. the histogram of each file group (`tasks.group_histogram`), added up and checked
+   (`scan.checked_histogram`): the same messages for bad lengths as the local engine, counted
+   over every file;
+3. each group's pools into runs (`pool_tasks.group_pools`); NULL ids counted over every group;
+4. with an id column, the duplicate checks over ranges of id values (`merge_tasks.check_range`),
+   beside the merges of the pool files (`merge_tasks.merge_pools`); a repeated id is located by
+   the groups that hold it (`tasks.locate_id`) and reported as the local engine does.
+
+Errors from a task reach the caller as the task raised them (seqpack's own one-line errors), or
+worded by `client.task_error`. Leaving the engine with an error cancels the run's tasks and waits
+until none runs, before the job removes its temporary directory.
+"""
+
+from __future__ import annotations
+
+import itertools
+import logging
+import math
+import os
+import time
+import uuid
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from pathlib import Path
+from types import TracebackType
+from typing import Any
+
+from seqpack_cli.errors import ConfigError, option
+from seqpack_cli.prepare.cluster.client import Cluster, open_cluster, stop_tasks, task_error
+from seqpack_cli.prepare.cluster.groups import (
+    FileGroup,
+    GroupCounts,
+    check_ranges,
+    footer_chunks,
+    group_rows,
+    kept_counts,
+    merge_units,
+    plan_groups,
+)
+from seqpack_cli.prepare.cluster.merge_tasks import (
+    DuplicatePart,
+    MergeJob,
+    WrittenPool,
+    check_range,
+    merge_pools,
+)
+from seqpack_cli.prepare.cluster.pool_tasks import GroupPools, PoolsJob, group_pools
+from seqpack_cli.prepare.cluster.tasks import (
+    TaskSettings,
+    group_histogram,
+    locate_id,
+    read_footers,
+)
+from seqpack_cli.prepare.config import PrepareConfig
+from seqpack_cli.prepare.pools.engine import PoolScan, null_ids_error
+from seqpack_cli.prepare.pools.id_checks import duplicate_ids_error
+from seqpack_cli.prepare.scan import HistogramPart, InputFile, check_footers, checked_histogram
+from seqpack_cli.prepared import PreparedWriter, pool_file_name
+from seqpack_cli.prepared.pool_creation import BackgroundPoolFiles
+from seqpack_cli.progress import ProgressCallback
+
+__all__ = ["PAUSE_VARIABLE", "ClusterEngine"]
+
+logger = logging.getLogger(__name__)
+
+PAUSE_VARIABLE = "SEQPACK_DASK_TASK_PAUSE_S"
+"""Tests only: seconds each pools task pauses halfway, so that a worker can be killed then."""
+
+_MIN_TASK_IDS = 1 << 16
+"""Merge and check tasks hold at least this many ids (unless the tuning says fewer)."""
+
+Call = tuple[Callable[..., Any], tuple[Any, ...], int]
+"""A task: its function, its arguments, and its weight on the progress bar (files, rows, ids)."""
+
+
+def _apart(results: Iterable[GroupPools]) -> bool:
+    """Whether no group repeats an id and the groups' [id_min, id_max] ranges are disjoint."""
+    bounds = []
+    for result in results:
+        if result.repeats or result.id_min is None or result.id_max is None:
+            return False
+        bounds.append((result.id_min, result.id_max))
+    bounds.sort()
+    return all(high < low for (_, high), (low, _) in itertools.pairwise(bounds))
+
+
+class ClusterEngine:
+    """The engine behind `--engine dask` (see the module docstring and `prepare.engines`)."""
+
+    def __init__(self, config: PrepareConfig, progress: ProgressCallback | None = None) -> None:
+        self.config = config
+        self.progress = progress
+        self.tuning = config.cluster_tuning
+        self.run_id = uuid.uuid4().hex[:12]
+        self._cluster: Cluster | None = None
+        self._futures: list[Any] = []
+        self._groups: list[FileGroup] = []
+        self._counts: list[GroupCounts] = []
+        self._pool_files: BackgroundPoolFiles | None = None
+        self._tasks_done = 0
+        self._tasks_submitted = 0
+        self.seconds: dict[str, float] = {}
+        """Wall seconds of each phase (footers, histogram, pools, check ids, write pools)."""
+
+    # ---- the cluster -----------------------------------------------------------------------
+
+    def __enter__(self) -> ClusterEngine:
+        self._cluster = open_cluster(self.config, self.tuning)
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        traceback: TracebackType | None,
+    ) -> None:
+        cluster, self._cluster = self._cluster, None
+        if cluster is None:
+            return
+        try:
+            if exc is not None:
+                stop_tasks(cluster, self._futures, self._prefix(""))
+        finally:
+            self._futures.clear()
+            self._close_pool_files()
+            cluster.close()
+
+    @property
+    def cluster(self) -> Cluster:
+        if self._cluster is None:
+            raise RuntimeError("ClusterEngine used outside its with block")
+        return self._cluster
+
+    def _settings(self) -> TaskSettings:
+        config = self.config
+        pause = float(os.environ.get(PAUSE_VARIABLE) or 0)
+        return TaskSettings(
+            self.cluster.duckdb_threads,
+            config.memory_limit,
+            None if config.temp_dir is None else os.fspath(config.temp_dir),
+            pause,
+        )
+
+    # ---- submitting and gathering ----------------------------------------------------------
+
+    def _prefix(self, phase: str) -> str:
+        """The start of the Dask keys of this run's tasks of `phase` (`seqpack-RUN-PHASE-`)."""
+        return f"seqpack-{self.run_id}-{phase.replace(' ', '_')}"
+
+    def _submit(self, phase: str, calls: Sequence[Call]) -> list[Any]:
+        client = self.cluster.client
+        futures = [
+            client.submit(function, *args, key=f"{self._prefix(phase)}-{i}", pure=False)
+            for i, (function, args, _) in enumerate(calls)
+        ]
+        self._futures.extend(futures)
+        self._tasks_submitted += len(futures)
+        return futures
+
+    def _gather(self, phase: str, futures: Sequence[Any], calls: Sequence[Call]) -> list[Any]:
+        """Each task's result, in order, reporting progress as they come; the first error ends
+        the phase."""
+        from distributed import as_completed
+
+        started = time.perf_counter()
+        position = {future.key: i for i, future in enumerate(futures)}
+        results: list[Any] = [None] * len(futures)
+        total = sum(weight for _, _, weight in calls)
+        done = 0
+        self._report(phase, 0, total)
+        for future in as_completed(futures):
+            i = position[future.key]
+            try:
+                results[i] = future.result()
+            except BaseException as error:
+                raise task_error(error, f"task {future.key}") from None
+            done += calls[i][2]
+            self._tasks_done += 1
+            self._report(phase, done, total)
+        for future in futures:
+            future.release()
+        self.seconds[phase] = self.seconds.get(phase, 0.0) + time.perf_counter() - started
+        logger.info("%s: %d tasks in %.2fs", phase, len(futures), self.seconds[phase])
+        return results
+
+    def _run(self, phase: str, calls: Sequence[Call]) -> list[Any]:
+        return self._gather(phase, self._submit(phase, calls), calls)
+
+    def _report(self, phase: str, done: int, total: int) -> None:
+        if self.progress is not None:
+            self.progress(phase, done, total)
+            self.progress("dask tasks", self._tasks_done, self._tasks_submitted)
+
+    # ---- the passes ------------------------------------------------------------------------
+
+    def inspect(self, paths: Sequence[Path]) -> list[InputFile]:
+        chunks = footer_chunks(len(paths), self.cluster.num_threads, self.tuning)
+        calls = [(read_footers, ([paths[i] for i in chunk],), len(chunk)) for chunk in chunks]
+        footers = itertools.chain.from_iterable(self._run("footers", calls))
+        return check_footers(footers, self.config.length_column, self.config.id_column)
+
+    def histogram(self, files: Sequence[InputFile]) -> dict[int, int]:
+        total = sum(file.num_rows for file in files)
+        target = group_rows(total, self.cluster.num_threads, self.tuning)
+        self._groups = plan_groups(files, target)
+        settings = self._settings()
+        column = self.config.length_column
+        calls = [(group_histogram, (g, column, settings), g.num_rows) for g in self._groups]
+        parts: list[HistogramPart] = self._run("histogram", calls)
+        histogram = checked_histogram(files, column, parts)
+        config = self.config
+        self._counts = [
+            kept_counts(part.rows, config.max_seq_len, str(config.over_cap)) for part in parts
+        ]
+        return histogram
+
+    def _task_ids(self, total: int, most: int) -> int:
+        share = math.ceil(total / max(1, self.tuning.tasks_per_thread * self.cluster.num_threads))
+        return max(1, min(most, max(share, _MIN_TASK_IDS)))
+
+    def pools(
+        self, files: Sequence[InputFile], kept: Mapping[int, int], writer: PreparedWriter
+    ) -> PoolScan:
+        config = self.config
+        counts = self._counts
+        runs_dir = writer.work_dir / "runs"
+        runs_dir.mkdir()
+        # Every pool file with its header, created here while the groups' tasks run.
+        self._pool_files = BackgroundPoolFiles(writer.tmp_path, kept)
+        self._pool_files.start()
+        results = self._group_pools(files, counts, runs_dir)
+        self._wait_pool_files(writer)
+        num_ids = sum(kept.values())
+        units = merge_units(sorted(kept), counts, self._task_ids(num_ids, self.tuning.merge_ids))
+        job = MergeJob(
+            writer.tmp_path, runs_dir, config.id_column is None, self.tuning.merge_ids,
+            self.tuning.block_ids,
+        )  # fmt: skip
+        merge_calls = [(merge_pools, (job, unit), unit.num_ids) for unit in units]
+        checks = self._submit_checks(results, runs_dir, num_ids)
+        merges = self._submit("write pools", merge_calls)
+        if checks is not None:
+            self._check_duplicates(files, *checks)
+        written: list[WrittenPool] = [
+            pool for pools in self._gather("write pools", merges, merge_calls) for pool in pools
+        ]
+        for pool in written:
+            writer.record_written(pool_file_name(pool.length), pool.num_bytes, pool.sha256)
+        if config.id_column is None:
+            return PoolScan(num_ids, None, None)
+        return PoolScan(
+            num_ids, min(pool.first_id for pool in written), max(pool.last_id for pool in written)
+        )
+
+    def _wait_pool_files(self, writer: PreparedWriter) -> None:
+        assert self._pool_files is not None
+        try:
+            self._pool_files.ready()
+        except OSError as error:
+            raise ConfigError(
+                f"cannot create the pool files of {writer.output}: {error.strerror or error}; "
+                f"free some space or choose another {option('output')}"
+            ) from None
+        finally:
+            self._close_pool_files()
+
+    def _close_pool_files(self) -> None:
+        """Stop creating pool files and close them (the tasks write them)."""
+        if self._pool_files is not None:
+            self._pool_files.stop()
+            self._pool_files.pools.abort()
+
+    def _group_pools(
+        self, files: Sequence[InputFile], counts: Sequence[GroupCounts], runs_dir: Path
+    ) -> dict[int, GroupPools]:
+        """Every group's runs written (groups that keep no row have none); NULL ids refused."""
+        config = self.config
+        job = PoolsJob(
+            config.length_column, config.id_column, config.max_seq_len,
+            config.over_cap == "truncate", runs_dir, config.tuning, self._settings(),
+            self.tuning.samples, self.tuning.map_span_ratio, self.tuning.memory_ids,
+        )  # fmt: skip
+        holding = [group for group in self._groups if counts[group.index].num_ids]
+        calls = [(group_pools, (job, g, counts[g.index]), g.num_rows) for g in holding]
+        results = dict(zip((g.index for g in holding), self._run("pools", calls), strict=True))
+        nulls = [result.nulls for result in results.values() if result.nulls is not None]
+        if nulls:
+            assert config.id_column is not None
+            file_index, row, _ = min(nulls)
+            total = sum(count for _, _, count in nulls)
+            raise null_ids_error(files, config.id_column, file_index, row, total)
+        return results
+
+    def _submit_checks(
+        self, results: Mapping[int, GroupPools], runs_dir: Path, num_ids: int
+    ) -> tuple[list[Any], list[Call]] | None:
+        """The duplicate checks over ranges of id values (an id column only); none where no
+        group repeats an id and no two groups' id ranges overlap (e.g. ids numbered file after
+        file): no id can then occur twice."""
+        if self.config.id_column is None or _apart(results.values()):
+            return None
+        samples = [
+            (result.samples, result.num_ids)
+            for result in results.values()
+            if result.samples is not None
+        ]
+        ranges = check_ranges(samples, num_ids, self._task_ids(num_ids, self.tuning.check_ids))
+        groups = [(group, result.num_ids) for group, result in sorted(results.items())]
+        calls: list[Call] = [
+            (check_range, (runs_dir, groups, low, high, self.tuning.block_ids), 1)
+            for low, high in ranges
+        ]
+        return self._submit("check ids", calls), calls
+
+    def _check_duplicates(
+        self, files: Sequence[InputFile], futures: list[Any], calls: list[Call]
+    ) -> None:
+        """Raise the local engine's error for repeated ids, counted over every range."""
+        parts: list[DuplicatePart] = self._gather("check ids", futures, calls)
+        found = [part for part in parts if part.example is not None]
+        if not found:
+            return
+        first = min(found, key=lambda part: part.example or 0)
+        assert self.config.id_column is not None and first.example is not None
+        holders = sorted(first.holders)[:2]
+        settings = self._settings()
+        locate: list[Call] = [
+            (locate_id, (self._groups[g], self.config.id_column, first.example, settings), 1)
+            for g in holders
+        ]
+        where = sorted(place for places in self._run("locate", locate) for place in places)[:2]
+        raise duplicate_ids_error(
+            files,
+            self.config.id_column,
+            sum(part.num_ids for part in parts),
+            sum(part.num_extra for part in parts),
+            first.example,
+            where,
+        )
+
+    def describe(self) -> dict[str, Any]:
+        cluster = self.cluster
+        return {
+            "name": "dask",
+            "scheduler": self.config.scheduler,
+            "workers": cluster.num_workers,
+            "threads": cluster.num_threads,
+            "file_groups": len(self._groups),
+            "tasks": self._tasks_submitted,
+        }

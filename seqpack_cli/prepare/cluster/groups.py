@@ -1,0 +1,183 @@
+"""How the Dask engine cuts the work: file groups, their histograms kept, merge units, ranges.
+
+All of it is decided on the driver from the footers and the small results of earlier tasks
+(histograms, sample ids); no row passes through it. The cuts never change the output: row-index
+ids are global (each group knows its first row), pools are merged in id order, and duplicate ids
+are counted over every range.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from seqpack_cli.prepare.cluster.tuning import ClusterTuning
+from seqpack_cli.prepare.scan import InputFile
+
+__all__ = [
+    "FileGroup",
+    "GroupCounts",
+    "MergeUnit",
+    "check_ranges",
+    "footer_chunks",
+    "group_rows",
+    "kept_counts",
+    "merge_units",
+    "plan_groups",
+]
+
+
+@dataclass(frozen=True)
+class FileGroup:
+    """Consecutive input files (in the inputs' order) read by one task of each pass."""
+
+    index: int
+    files: tuple[InputFile, ...]
+    first_file: int
+    """The index of its first file in the inputs' list."""
+    first_row: int
+    """The global row index of its first row (ids without an id column start there)."""
+
+    @property
+    def num_rows(self) -> int:
+        return sum(file.num_rows for file in self.files)
+
+
+def footer_chunks(num_files: int, num_threads: int, tuning: ClusterTuning) -> list[range]:
+    """The inputs cut into consecutive chunks, one footer task each."""
+    size = max(1, min(tuning.footer_files, math.ceil(num_files / max(1, 2 * num_threads))))
+    return [range(start, min(start + size, num_files)) for start in range(0, num_files, size)]
+
+
+def group_rows(total_rows: int, num_threads: int, tuning: ClusterTuning) -> int:
+    """The rows a file group aims at."""
+    if tuning.group_rows is not None:
+        return tuning.group_rows
+    share = math.ceil(total_rows / max(1, tuning.tasks_per_thread * num_threads))
+    return max(1, min(share, tuning.max_group_rows))
+
+
+def plan_groups(files: Sequence[InputFile], target_rows: int) -> list[FileGroup]:
+    """Consecutive files, as many in each group as fit `target_rows` rows (a larger file is a
+    group of its own)."""
+    groups: list[FileGroup] = []
+    first, first_row, rows = 0, 0, 0
+    for index, file in enumerate(files):
+        if index > first and rows + file.num_rows > target_rows:
+            groups.append(FileGroup(len(groups), tuple(files[first:index]), first, first_row))
+            first, first_row, rows = index, first_row + rows, 0
+        rows += file.num_rows
+    if files:
+        groups.append(FileGroup(len(groups), tuple(files[first:]), first, first_row))
+    return groups
+
+
+@dataclass(frozen=True)
+class GroupCounts:
+    """A group's histogram as the pools pass keeps it: `counts[i]` ids of `lengths[i]`
+    (ascending, every count > 0). Arrays: the driver holds one per group."""
+
+    lengths: np.ndarray
+    counts: np.ndarray
+
+    @property
+    def num_ids(self) -> int:
+        return int(self.counts.sum())
+
+    def as_dict(self) -> dict[int, int]:
+        return dict(zip(self.lengths.tolist(), self.counts.tolist(), strict=True))
+
+
+def kept_counts(
+    rows: Iterable[tuple[int | None, int]], max_seq_len: int, over_cap: str
+) -> GroupCounts:
+    """A group's histogram rows as the pools pass keeps them: lengths over `max_seq_len` left
+    out (`drop`) or counted at `max_seq_len` (`truncate`); `error` has refused them already."""
+    kept: dict[int, int] = {}
+    for length, count in rows:
+        if length is None or length <= 0 or not count:
+            continue
+        if length > max_seq_len:
+            if over_cap != "truncate":
+                continue
+            length = max_seq_len
+        kept[int(length)] = kept.get(int(length), 0) + int(count)
+    lengths = sorted(kept)
+    return GroupCounts(
+        np.array(lengths, dtype=np.int64), np.array([kept[x] for x in lengths], dtype=np.int64)
+    )
+
+
+@dataclass(frozen=True)
+class MergeUnit:
+    """Consecutive lengths merged by one task from the groups' runs.
+
+    `counts[i, j]` is how many ids of `lengths[j]` group `groups[i]` holds, and `starts[i]` where
+    the first of them sits in that group's run (ids, not bytes): each group's part of the unit is
+    one contiguous stretch of its run.
+    """
+
+    lengths: np.ndarray
+    groups: np.ndarray
+    starts: np.ndarray
+    counts: np.ndarray
+
+    @property
+    def num_ids(self) -> int:
+        return int(self.counts.sum())
+
+
+def merge_units(
+    lengths: Sequence[int], group_counts: Sequence[GroupCounts], unit_ids: int
+) -> list[MergeUnit]:
+    """The kept `lengths` (ascending) cut into units of about `unit_ids` ids (a larger pool is a
+    unit of its own), with each group's counts and run offsets for them."""
+    ordered = np.asarray(lengths, dtype=np.int64)
+    matrix = np.zeros((len(group_counts), len(lengths)), dtype=np.int64)
+    for g, counts in enumerate(group_counts):
+        matrix[g, np.searchsorted(ordered, counts.lengths)] = counts.counts
+    starts = np.zeros((len(group_counts), len(lengths) + 1), dtype=np.int64)
+    np.cumsum(matrix, axis=1, out=starts[:, 1:])
+    totals = matrix.sum(axis=0).tolist()
+    units: list[MergeUnit] = []
+    first, held = 0, 0
+    for j in range(len(lengths)):
+        held += totals[j]
+        if j == len(lengths) - 1 or held + totals[j + 1] > unit_ids:
+            block = matrix[:, first : j + 1]
+            holders = np.flatnonzero(block.sum(axis=1))
+            units.append(
+                MergeUnit(
+                    np.asarray(lengths[first : j + 1], dtype=np.int64),
+                    holders,
+                    starts[holders, first],
+                    block[holders],
+                )
+            )
+            first, held = j + 1, 0
+    return units
+
+
+def check_ranges(
+    samples: Sequence[tuple[np.ndarray, int]], total_ids: int, range_ids: int
+) -> list[tuple[int | None, int | None]]:
+    """Id ranges [low, high) (None: unbounded) of about `range_ids` ids each, from each group's
+    evenly spaced sample ids and its number of ids."""
+    num_ranges = max(1, math.ceil(total_ids / range_ids))
+    values = [sample for sample, count in samples if sample.size and count]
+    if num_ranges == 1 or not values:
+        return [(None, None)]
+    weights = np.concatenate(
+        [np.full(sample.size, count / sample.size) for sample, count in samples if sample.size]
+    )
+    merged = np.concatenate(values)
+    order = np.argsort(merged, kind="stable")
+    merged, cumulative = merged[order], np.cumsum(weights[order])
+    targets = cumulative[-1] * np.arange(1, num_ranges) / num_ranges
+    cuts = np.unique(merged[np.minimum(np.searchsorted(cumulative, targets), merged.size - 1)])
+    bounds: list[int | None] = [None, *(int(cut) for cut in cuts), None]
+    return list(itertools.pairwise(bounds))

@@ -1,0 +1,179 @@
+"""Merging ascending runs of ids from files, and counting the ids that occur more than once.
+
+What the merge and duplicate-check tasks are made of. The groups' runs are files of int64 ids,
+ascending within each `Segment`; `merged_segments` yields their union (every copy kept) in
+ascending chunks while holding one block per segment, so a task's memory is bounded whatever the
+sizes; `DuplicateCounter` counts, over such chunks, what `sql/duplicate_ids_all.sql` counts: the
+ids that occur more than once, the rows beyond the first of each, and the smallest such id.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterable, Iterator, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from seqpack_cli.prepare.pools.layout import changed_error
+
+__all__ = [
+    "MIN_BLOCK",
+    "DuplicateCounter",
+    "Segment",
+    "concatenated_segments",
+    "merged_segments",
+    "pwrite_all",
+    "read_block",
+]
+
+MIN_BLOCK = 1 << 12
+
+
+@dataclass(frozen=True)
+class Segment:
+    """`count` ascending int64 ids of the file `path`, from id position `start`."""
+
+    path: str
+    start: int
+    count: int
+
+
+def read_block(fd: int, start: int, count: int) -> np.ndarray:
+    """`count` int64 ids of an open file from id position `start`."""
+    ids = np.empty(count, dtype=np.int64)
+    view = ids.data.cast("B")
+    done = 0
+    while done < len(view):
+        read = os.preadv(fd, [view[done:]], 8 * start + done)
+        if not read:
+            raise changed_error()  # a run shorter than its group said: rewritten meanwhile
+        done += read
+    return ids
+
+
+def pwrite_all(fd: int, data: np.ndarray, start: int) -> None:
+    """Write int64 `data` at id position `start` of an open file (a write may be partial)."""
+    view = np.ascontiguousarray(data, dtype=np.int64).data.cast("B")
+    done = 0
+    while done < len(view):
+        done += os.pwritev(fd, [view[done:]], 8 * start + done)
+
+
+class _Reader:
+    """Reads the segments block by block, each file opened once."""
+
+    def __init__(self, segments: Sequence[Segment], block: int) -> None:
+        self.segments = list(segments)
+        self.block = block
+        self.fds: dict[str, int] = {}
+        self.next = [segment.start for segment in self.segments]
+
+    def more(self, i: int) -> bool:
+        segment = self.segments[i]
+        return self.next[i] < segment.start + segment.count
+
+    def read(self, i: int) -> np.ndarray:
+        segment = self.segments[i]
+        fd = self.fds.get(segment.path)
+        if fd is None:
+            fd = self.fds[segment.path] = os.open(segment.path, os.O_RDONLY)
+        take = min(self.block, segment.start + segment.count - self.next[i])
+        ids = read_block(fd, self.next[i], take)
+        self.next[i] += take
+        return ids
+
+    def close(self) -> None:
+        for fd in self.fds.values():
+            os.close(fd)
+        self.fds.clear()
+
+
+def concatenated_segments(segments: Iterable[Segment], block_ids: int) -> Iterator[np.ndarray]:
+    """The segments one after the other, in blocks (for runs known to follow each other)."""
+    reader = _Reader([segment for segment in segments if segment.count], block_ids)
+    try:
+        for i in range(len(reader.segments)):
+            while reader.more(i):
+                yield reader.read(i)
+    finally:
+        reader.close()
+
+
+def merged_segments(
+    segments: Iterable[Segment], block_ids: int, *, min_block: int = MIN_BLOCK
+) -> Iterator[np.ndarray]:
+    """The union of ascending segments (every copy kept), in ascending chunks.
+
+    One block per segment is held (`block_ids` over all of them, but at least `min_block` ids
+    each: smaller reads would cost more in system calls than they save). Everything up to the
+    smallest last id among the blocks of segments with more to read is final: it is cut off,
+    sorted and yielded, and the block that ended there is read again.
+    """
+    kept = [segment for segment in segments if segment.count]
+    if not kept:
+        return
+    reader = _Reader(kept, max(block_ids // len(kept), min_block))
+    try:
+        heads = [reader.read(i) for i in range(len(kept))]
+        while any(head.size for head in heads):
+            limits = [int(head[-1]) for i, head in enumerate(heads) if head.size and reader.more(i)]
+            cutoff = min(limits) if limits else None
+            parts = []
+            for i, head in enumerate(heads):
+                cut = head.size if cutoff is None else int(np.searchsorted(head, cutoff, "right"))
+                if cut:
+                    parts.append(head[:cut])
+                heads[i] = head[cut:]
+                if not heads[i].size and reader.more(i):
+                    heads[i] = reader.read(i)
+            if len(parts) == 1:
+                yield parts[0]
+            elif parts:
+                merged = np.concatenate(parts)
+                merged.sort()
+                yield merged
+    finally:
+        reader.close()
+
+
+class DuplicateCounter:
+    """Ids that occur more than once, over ascending chunks fed in order (`add`).
+
+    `num_ids`: how many distinct ids occur more than once; `num_extra`: the rows beyond the
+    first of each; `example`: the smallest of them (None when there is none). A run of equal ids
+    may cross chunks: the last id seen, and whether it repeated, carry over.
+    """
+
+    def __init__(self) -> None:
+        self.num_ids = 0
+        self.num_extra = 0
+        self.example: int | None = None
+        self._last: int | None = None
+        self._last_repeated = False
+
+    def add(self, chunk: np.ndarray) -> None:
+        if not chunk.size:
+            return
+        same = chunk[1:] == chunk[:-1]
+        joined = self._last is not None and int(chunk[0]) == self._last
+        if joined:
+            self.num_extra += 1
+            if not self._last_repeated:
+                self._found(1, self._last)
+        # A run of equal ids starts where an id equals the next but not the one before.
+        starts = same.copy()
+        starts[1:] &= ~same[:-1]
+        if joined and starts.size:
+            starts[0] = False  # the run began in an earlier chunk: counted there
+        self.num_extra += int(np.count_nonzero(same))
+        num_starts = int(np.count_nonzero(starts))
+        if num_starts:
+            self._found(num_starts, int(chunk[int(np.argmax(starts))]))
+        self._last_repeated = bool(same[-1]) if same.size else joined
+        self._last = int(chunk[-1])
+
+    def _found(self, count: int, smallest: int | None) -> None:
+        self.num_ids += count
+        if self.example is None:
+            self.example = smallest

@@ -1,0 +1,226 @@
+"""The Dask engine's pieces that need no cluster: how the work is cut, and the merges.
+
+Whatever the cut (file groups, merge units, id ranges, read blocks), what the pieces compute is
+what one pass over all rows computes: these are checked against numpy on random inputs.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections import Counter
+from pathlib import Path
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from seqpack_cli.errors import ConfigError, InputError
+from seqpack_cli.prepare import PrepareConfig
+from seqpack_cli.prepare.cluster.group_sort import ids_by_length
+from seqpack_cli.prepare.cluster.groups import (
+    check_ranges,
+    footer_chunks,
+    group_rows,
+    kept_counts,
+    merge_units,
+    plan_groups,
+)
+from seqpack_cli.prepare.cluster.merge import (
+    DuplicateCounter,
+    Segment,
+    concatenated_segments,
+    merged_segments,
+)
+from seqpack_cli.prepare.cluster.tuning import ClusterTuning
+from seqpack_cli.prepare.pools.layout import Layout
+from seqpack_cli.prepare.scan import InputFile
+
+sorted_runs = st.lists(
+    st.lists(st.integers(-50, 50), max_size=40).map(sorted), min_size=1, max_size=6
+)
+
+
+def _segments(tmp_path: Path, runs: list[list[int]]) -> list[Segment]:
+    """Each run in a file of its own after a few ids of padding (segments start inside files)."""
+    segments = []
+    for i, run in enumerate(runs):
+        path = tmp_path / f"run-{i}.bin"
+        np.array([999] * i + run + [-999], dtype=np.int64).tofile(path)
+        segments.append(Segment(str(path), i, len(run)))
+    return segments
+
+
+@settings(max_examples=60, deadline=None)
+@given(runs=sorted_runs, block=st.integers(1, 9))
+def test_merged_segments_yield_the_sorted_union(tmp_path_factory, runs, block) -> None:
+    tmp_path = tmp_path_factory.mktemp("runs")
+    # Blocks of a few ids: many cut-offs, runs read again and again.
+    chunks = list(merged_segments(_segments(tmp_path, runs), block, min_block=1))
+    every = sorted(itertools.chain.from_iterable(runs))
+    assert [int(x) for chunk in chunks for x in chunk] == every
+    joined = list(concatenated_segments(_segments(tmp_path, runs), block))
+    assert [int(x) for chunk in joined for x in chunk] == list(itertools.chain(*runs))
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    ids=st.lists(st.integers(0, 12), max_size=60).map(sorted),
+    cuts=st.lists(st.integers(0, 60), max_size=8),
+)
+def test_duplicates_are_counted_whatever_the_chunks(ids, cuts) -> None:
+    counter = DuplicateCounter()
+    bounds = [0, *sorted(min(cut, len(ids)) for cut in cuts), len(ids)]
+    for low, high in itertools.pairwise(bounds):
+        counter.add(np.array(ids[low:high], dtype=np.int64))
+    repeated = {value: count for value, count in Counter(ids).items() if count > 1}
+    assert counter.num_ids == len(repeated)
+    assert counter.num_extra == sum(count - 1 for count in repeated.values())
+    assert counter.example == (min(repeated) if repeated else None)
+
+
+def _files(rows: list[int]) -> list[InputFile]:
+    return [InputFile(Path(f"/data/{i:03d}.parquet"), 100, n) for i, n in enumerate(rows)]
+
+
+@given(rows=st.lists(st.integers(0, 50), min_size=1, max_size=12), target=st.integers(1, 80))
+def test_file_groups_cover_every_file_once_in_order(rows, target) -> None:
+    groups = plan_groups(_files(rows), target)
+    assert [f for g in groups for f in g.files] == _files(rows)
+    assert [g.index for g in groups] == list(range(len(groups)))
+    for group, after in zip(groups, [*groups[1:], None], strict=True):
+        assert group.first_row == sum(rows[: group.first_file])
+        assert group.num_rows <= target or len(group.files) == 1
+        if after is not None:  # as many files as fit
+            assert group.num_rows + after.files[0].num_rows > target
+
+
+def test_group_sizes_follow_the_threads_within_bounds() -> None:
+    tuning = ClusterTuning()
+    assert group_rows(10**8, 2, tuning) == tuning.max_group_rows  # 25M a thread, capped
+    assert group_rows(10**6, 2, tuning) == 250_000
+    assert group_rows(10, 64, tuning) == 1
+    assert group_rows(10**6, 2, ClusterTuning(group_rows=7)) == 7
+    assert footer_chunks(1000, 4, tuning) == [
+        range(i, min(i + 64, 1000)) for i in range(0, 1000, 64)
+    ]
+    assert footer_chunks(5, 4, tuning) == [range(i, i + 1) for i in range(5)]
+
+
+def test_kept_counts_apply_the_over_cap_policy() -> None:
+    rows = [(3, 2), (10, 1), (12, 4), (None, 0)]
+    assert kept_counts(rows, 10, "drop").as_dict() == {3: 2, 10: 1}
+    assert kept_counts(rows, 10, "truncate").as_dict() == {3: 2, 10: 5}
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    matrix=st.lists(
+        st.lists(st.integers(0, 9), min_size=5, max_size=5), min_size=1, max_size=5
+    ).filter(lambda m: all(sum(col) for col in zip(*m, strict=True))),
+    unit_ids=st.integers(1, 30),
+)
+def test_merge_units_cover_every_length_and_locate_each_group_stretch(matrix, unit_ids) -> None:
+    lengths = [2, 3, 5, 8, 13]
+    group_counts = [
+        kept_counts(zip(lengths, row, strict=True), max(lengths), "error") for row in matrix
+    ]
+    units = merge_units(lengths, group_counts, unit_ids)
+    assert [int(x) for unit in units for x in unit.lengths] == lengths
+    for unit in units:
+        assert len(unit.lengths) == 1 or unit.num_ids <= unit_ids
+        for group, start, counts in zip(unit.groups, unit.starts, unit.counts, strict=True):
+            row = matrix[group]
+            first = lengths.index(int(unit.lengths[0]))
+            assert start == sum(row[:first])
+            assert list(counts) == row[first : first + len(unit.lengths)]
+            assert counts.sum() > 0
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    groups=st.lists(st.lists(st.integers(-1000, 1000), min_size=1, max_size=50), min_size=1),
+    range_ids=st.integers(1, 60),
+)
+def test_check_ranges_partition_every_id(groups, range_ids) -> None:
+    samples = []
+    for ids in groups:
+        ids = np.sort(np.array(ids, dtype=np.int64))
+        positions = np.linspace(0, ids.size - 1, min(8, ids.size)).astype(np.int64)
+        samples.append((ids[positions], ids.size))
+    total = sum(len(ids) for ids in groups)
+    ranges = check_ranges(samples, total, range_ids)
+    assert ranges[0][0] is None and ranges[-1][1] is None
+    for (_, high), (low, _) in itertools.pairwise(ranges):
+        assert high == low is not None  # consecutive, no gap
+    for value in itertools.chain.from_iterable(groups):
+        inside = [
+            r for r in ranges if (r[0] is None or r[0] <= value) and (r[1] is None or value < r[1])
+        ]
+        assert len(inside) == 1
+
+
+@pytest.mark.parametrize(
+    "changes, message",
+    [
+        ({"engine": "spark"}, "engine is 'spark'; expected one of local, dask"),
+        ({"scheduler": "tcp://h:1"}, "scheduler is set, which only engine='dask' uses"),
+        ({"workers": 2}, "workers is set, which only engine='dask' uses"),
+        ({"engine": "dask"}, "needs one of scheduler"),
+        ({"engine": "dask", "workers": 2, "scheduler": "tcp://h:1"}, "both were given"),
+        ({"engine": "dask", "workers": 0}, "workers is 0"),
+        ({"engine": "dask", "scheduler": " "}, "expected a Dask scheduler address"),
+        (
+            {"engine": "dask", "workers": 1, "tokens_column": "t"},
+            "tokens_column is not yet supported with engine='dask'; use engine='local'",
+        ),
+    ],
+)
+def test_engine_options_are_checked(tmp_path: Path, changes, message) -> None:
+    with pytest.raises(ConfigError, match=message.replace("(", r"\(")):
+        PrepareConfig(inputs=[tmp_path], length_column="n", max_seq_len=8, output="o", **changes)
+
+
+def test_a_missing_dask_is_one_line_with_the_install_command(monkeypatch, tmp_path) -> None:
+    import importlib.util
+
+    real = importlib.util.find_spec
+    monkeypatch.setattr(
+        importlib.util,
+        "find_spec",
+        lambda name, *a: None if name == "distributed" else real(name, *a),
+    )
+    with pytest.raises(ConfigError, match=r"pip install 'seqpack\[dask\]'"):
+        PrepareConfig(
+            inputs=[tmp_path], length_column="n", max_seq_len=8, output="o", engine="dask",
+            workers=1,
+        )  # fmt: skip
+
+
+@settings(max_examples=80, deadline=None)
+@given(
+    rows=st.lists(st.tuples(st.sampled_from([3, 7, 8, 40, 900]), st.integers(-50, 50)), min_size=1),
+    shift=st.sampled_from([0, 2**40, 2**62]),
+    batch=st.integers(1, 7),
+    known=st.booleans(),
+)
+def test_a_group_is_ordered_by_length_then_id(rows, shift, batch, known) -> None:
+    """Packed keys (ids spanning less than 2**48), or a counting sort then a sort per pool
+    (ids spread over int64, or no bounds from the footers): the same order, numpy's lexsort's."""
+    lengths = np.array([length for length, _ in rows], dtype=np.int64)
+    ids = np.array([value for _, value in rows], dtype=np.int64) * (1 + shift // 64) + shift // 2
+    layout = Layout(dict(Counter(lengths.tolist())))
+    batches = [[lengths[i : i + batch], ids[i : i + batch]] for i in range(0, len(rows), batch)]
+    bounds = (int(ids.min()), int(ids.max())) if known else None
+    got = ids_by_length(batches, layout, lambda columns: columns[1], bounds)
+    np.testing.assert_array_equal(got, ids[np.lexsort((ids, lengths))])
+
+
+def test_a_group_that_disagrees_with_its_histogram_is_refused() -> None:
+    layout = Layout({3: 2})
+    for lengths in ([3], [3, 3, 3], [3, 4]):
+        batch = [np.array(lengths), np.arange(len(lengths), dtype=np.int64)]
+        with pytest.raises(InputError, match="inputs changed"):
+            ids_by_length([batch], layout, lambda columns: columns[1], (0, 5))
+    with pytest.raises(InputError, match="inputs changed"):  # outside the footers' bounds
+        ids_by_length([[np.array([3, 3]), np.array([0, 9])]], layout, lambda c: c[1], (0, 5))
