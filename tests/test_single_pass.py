@@ -16,10 +16,10 @@ from typing import Any
 
 import numpy as np
 import pyarrow as pa
-import pyarrow.parquet as pq
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from token_datasets import write_token_files
 
 from seqpack_cli.errors import SeqpackError
 from seqpack_cli.prepare import PrepareConfig, prepare_dataset
@@ -27,43 +27,7 @@ from seqpack_cli.prepare import one_pass as one_pass_module
 from seqpack_cli.prepare.pools.tuning import PoolTuning
 from seqpack_cli.prepare.token_stream import Fault
 
-
-def _write(
-    root: Path,
-    sequences: list[list[int]],
-    *,
-    cuts: tuple[int, ...] = (),
-    labels: list[list[int]] | None = None,
-    mask: list[list[int]] | None = None,
-    ids: list[int] | None = None,
-    lengths: list[int | None] | None = None,
-    row_group_size: int = 7,
-    token_type: pa.DataType | None = None,
-    statistics: bool = True,
-) -> None:
-    bounds = [0, *cuts, len(sequences)]
-    for k in range(len(bounds) - 1):
-        part = slice(bounds[k], bounds[k + 1])
-        columns: dict[str, Any] = {
-            "input_ids": pa.array(sequences[part], token_type or pa.list_(pa.int32())),
-            "n": pa.array(
-                [len(s) if s is not None else None for s in sequences[part]]
-                if lengths is None
-                else lengths[part],
-                pa.int64(),
-            ),
-        }
-        if labels is not None:
-            columns["labels"] = pa.array(labels[part], pa.list_(pa.int64()))
-        if mask is not None:
-            columns["mask"] = pa.array(mask[part], pa.list_(pa.int8()))
-        if ids is not None:
-            columns["doc"] = pa.array(ids[part], pa.int64())
-        path = root / "in" / f"part-{k:03d}.parquet"
-        path.parent.mkdir(parents=True, exist_ok=True)
-        pq.write_table(
-            pa.table(columns), path, row_group_size=row_group_size, write_statistics=statistics
-        )
+_write = write_token_files
 
 
 def _config(root: Path, output: str, **changes: Any) -> PrepareConfig:

@@ -14,10 +14,10 @@ from typing import Any
 
 import numpy as np
 import pyarrow as pa
-import pyarrow.parquet as pq
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from token_datasets import write_token_files
 from typer.testing import CliRunner
 
 from seqpack_cli.cli.app import app
@@ -29,25 +29,8 @@ torch = pytest.importorskip("torch")
 from seqpack_cli.data import PackedDataset  # noqa: E402
 
 
-def _write(
-    root: Path,
-    sequences: list[list[int]],
-    *,
-    cuts: tuple[int, ...] = (),
-    labels: list[list[int]] | None = None,
-    ids: list[int] | None = None,
-) -> None:
-    bounds = [0, *cuts, len(sequences)]
-    for k in range(len(bounds) - 1):
-        part = slice(bounds[k], bounds[k + 1])
-        columns: dict[str, Any] = {"input_ids": pa.array(sequences[part], pa.list_(pa.int32()))}
-        if labels is not None:
-            columns["labels"] = pa.array(labels[part], pa.list_(pa.int32()))
-        if ids is not None:
-            columns["doc"] = pa.array(ids[part], pa.int64())
-        path = root / "in" / f"part-{k:03d}.parquet"
-        path.parent.mkdir(parents=True, exist_ok=True)
-        pq.write_table(pa.table(columns), path, row_group_size=5)
+def _write(root: Path, sequences: list[list[int]], **options: Any) -> None:
+    write_token_files(root, sequences, row_group_size=5, label_type=pa.int32(), **options)
 
 
 def _split(root: Path, cap: int, **changes: Any) -> Any:

@@ -21,6 +21,7 @@ import pytest
 from conftest import same_batch
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from token_datasets import write_token_files
 from typer.testing import CliRunner
 
 from seqpack_cli.cli.app import app
@@ -30,34 +31,7 @@ from seqpack_cli.prepare import PrepareConfig, load_prepared, prepare_dataset
 torch = pytest.importorskip("torch")
 from seqpack_cli.data import PackedDataset, PackedIterableDataset  # noqa: E402
 
-
-def _write(
-    root: Path,
-    sequences: list[list[int]],
-    *,
-    cuts: tuple[int, ...] = (),
-    labels: list[list[int]] | None = None,
-    mask: list[list[int]] | None = None,
-    ids: list[int] | None = None,
-) -> Path:
-    """`sequences` (column input_ids, lengths n) over len(cuts) + 1 files in root/in."""
-    bounds = [0, *cuts, len(sequences)]
-    for k in range(len(bounds) - 1):
-        part = slice(bounds[k], bounds[k + 1])
-        columns: dict[str, Any] = {
-            "input_ids": pa.array(sequences[part], pa.list_(pa.int32())),
-            "n": pa.array([len(s) for s in sequences[part]], pa.int64()),
-        }
-        if labels is not None:
-            columns["labels"] = pa.array(labels[part], pa.list_(pa.int64()))
-        if mask is not None:
-            columns["mask"] = pa.array(mask[part], pa.list_(pa.int8()))
-        if ids is not None:
-            columns["doc"] = pa.array(ids[part], pa.int64())
-        path = root / "in" / f"part-{k:03d}.parquet"
-        path.parent.mkdir(parents=True, exist_ok=True)
-        pq.write_table(pa.table(columns), path, row_group_size=7)
-    return root / "in"
+_write = write_token_files
 
 
 def _config(root: Path, **changes: Any) -> PrepareConfig:
