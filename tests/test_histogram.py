@@ -27,6 +27,7 @@ from seqpack_cli.packing.histogram import (
     pack_length_histogram_batched,
     pack_length_histogram_bfd,
     pack_length_histogram_ffd,
+    pack_length_histogram_greedy,
     pack_length_histogram_mffd,
 )
 from seqpack_cli.packing.mffd import mffd_groups
@@ -280,13 +281,13 @@ def _selection_without_limits(
 
 @settings(max_examples=300, deadline=None)
 @given(st.one_of(varied_histograms(), histograms().map(lambda c: (c[0], Counter(c[1])))), caps)
-def test_engine_selects_the_first_best_strategy_as_without_limits(case, cap) -> None:
+def test_greedy_engine_selects_the_first_best_strategy_as_without_limits(case, cap) -> None:
     # The limits (a strategy stops once it cannot beat the best so far) and the stop at the
     # lower bound only save work: the templates, and so the bins, are those of the best
     # strategy run to completion.
     max_seq_len, histogram = case
     items = sorted((item for item in histogram.items() if item[1]), reverse=True)
-    got = pack_length_histogram_batched(histogram, max_seq_len, max_seqs_per_bin=cap)
+    got = pack_length_histogram_greedy(histogram, max_seq_len, max_seqs_per_bin=cap)
     if not items:
         assert got == Counter()
         return

@@ -2,10 +2,15 @@
 
 - `per_sequence`: the reference's per-sequence packers (`greedy_pack_sequences`,
   `heap_pack_sequences`) and `length_histogram_from_lengths`;
-- `histogram`: the histogram engine (`pack_length_histogram[_batched]`) and its strategy registry;
-- `groups`, `fit`, `mffd`, `patterns`: the strategies, on groups of identical bins (`groups`):
-  best/first fit decreasing, modified FFD, and the pattern heuristic that closes bins exactly;
-- `bounds`: the one lower bound every report uses;
+- `histogram`: the histogram engine (`pack_length_histogram[_batched]`), the greedy engine alone
+  (`pack_length_histogram_greedy`) and its strategy registry;
+- `groups`, `fit`, `mffd`, `patterns`: the greedy strategies, on groups of identical bins
+  (`groups`): best/first fit decreasing, modified FFD, and the pattern heuristic that closes bins
+  exactly;
+- `lp` (`lp_lower_bound`), `column_generation`, `pricing`, `lp_rounding`: the LP relaxation
+  (Gilmore and Gomory, by column generation) the engine packs from where the greedy engine misses
+  the cheap bound, and the LP lower bound;
+- `bounds`: the one lower bound every report uses (the LP bound where it was computed);
 - `efficiency`: `PackingStats`, the summary of a packing (re-exported by `seqpack_cli.stats`);
 - `online`: `pack_stream`, packing an unbounded stream with a bounded buffer.
 
@@ -24,6 +29,7 @@ _EXPORTS: dict[str, str] = {
     "BinTemplate": "seqpack_cli.packing.histogram",
     "pack_length_histogram": "seqpack_cli.packing.histogram",
     "pack_length_histogram_batched": "seqpack_cli.packing.histogram",
+    "pack_length_histogram_greedy": "seqpack_cli.packing.histogram",
     "greedy_pack_sequences": "seqpack_cli.packing.per_sequence",
     "heap_pack_sequences": "seqpack_cli.packing.per_sequence",
     "length_histogram_from_lengths": "seqpack_cli.packing.per_sequence",

@@ -5,19 +5,27 @@ and `residual_lower_bound` lets a strategy that is part-way through prove that i
 beat the best packing found so far. Every figure a user sees (`PackingStats.lower_bound_bins`,
 the prepared manifest, `seqpack stats`, the sweep) is `LowerBound.value` of the packed lengths,
 through `lower_bounds_of_lengths`, so the reports and the engine agree on what "optimal" means.
+
+The LP bound (`seqpack_cli.packing.lp`) is the strongest, and costs a linear program: it is
+computed only where the greedy packing misses the cheap bounds, then remembered here
+(`remember_lp_bound`, a few histograms) so that the reports of that histogram show it
+(`LowerBound.by_lp`) without solving the LP again.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import hashlib
+from dataclasses import dataclass, replace
 
 import numpy as np
 
 __all__ = [
     "LowerBound",
+    "known_lp_bound",
     "lower_bound",
     "lower_bounds",
     "lower_bounds_of_lengths",
+    "remember_lp_bound",
     "residual_lower_bound",
 ]
 
@@ -32,19 +40,30 @@ class LowerBound:
     by_number: the sequences longer than M/(k+1) divided by k, for every k (at most k of them
         share a bin), and ceil(sequences / cap) when capped: bins filled by how many
         sequences they hold rather than by their tokens.
+    by_lp: the LP bound (`seqpack_cli.packing.lp`), where it was computed (else None).
     """
 
     by_volume: int
     by_size: int
     by_number: int
+    by_lp: int | None = None
 
     @property
     def value(self) -> int:
-        return max(self.by_volume, self.by_size, self.by_number)
+        return max(self.by_volume, self.by_size, self.by_number, self.by_lp or 0)
+
+    @property
+    def is_lp(self) -> bool:
+        """Whether `value` is the LP bound (computed, and at least the cheap ones)."""
+        return self.by_lp is not None and self.by_lp == self.value
 
     def to_dict(self) -> dict[str, int]:
-        """`{"volume": .., "size": .., "number": ..}`: which bound binds, for a JSON report."""
-        return {"volume": self.by_volume, "size": self.by_size, "number": self.by_number}
+        """`{"volume": .., "size": .., "number": ..}` and `"lp"` where computed: which bound
+        binds, for a JSON report."""
+        bounds = {"volume": self.by_volume, "size": self.by_size, "number": self.by_number}
+        if self.by_lp is not None:
+            bounds["lp"] = self.by_lp
+        return bounds
 
 
 def lower_bound(items: list[tuple[int, int]], max_seq_len: int, cap: int | None) -> int:
@@ -77,7 +96,49 @@ def lower_bounds_of_lengths(
     size_array, num_array = size_array[order], num_array[order]
     starts = np.flatnonzero(np.concatenate(([True], size_array[1:] != size_array[:-1])))
     num_array = np.add.reduceat(num_array, starts)
-    return _capped(_bounds_of_sizes(size_array[starts], num_array, max_seq_len), num_array, cap)
+    size_array = size_array[starts]
+    bound = _capped(_bounds_of_sizes(size_array, num_array, max_seq_len), num_array, cap)
+    by_lp = known_lp_bound(size_array, num_array, max_seq_len, cap)
+    return bound if by_lp is None else replace(bound, by_lp=by_lp)
+
+
+# The LP bounds computed lately, by histogram: {digest: bound}, oldest first.
+_LP_BOUNDS: dict[bytes, int] = {}
+_LP_BOUNDS_KEPT = 64
+
+
+def _histogram_digest(
+    lengths: np.ndarray, counts: np.ndarray, max_seq_len: int, cap: int | None
+) -> bytes:
+    """A digest of the histogram's positive counts (lengths ascending), max_seq_len and cap."""
+    lengths = np.asarray(lengths, dtype=np.int64)
+    counts = np.asarray(counts, dtype=np.int64)
+    kept = counts > 0
+    digest = hashlib.blake2b(digest_size=16)
+    digest.update(np.array([max_seq_len, cap or 0], dtype=np.int64).tobytes())
+    digest.update(lengths[kept].tobytes())
+    digest.update(counts[kept].tobytes())
+    return digest.digest()
+
+
+def remember_lp_bound(
+    lengths: np.ndarray, counts: np.ndarray, max_seq_len: int, cap: int | None, bound: int
+) -> None:
+    """Record the LP bound of a histogram (lengths distinct, ascending) for the reports (the
+    largest recorded: every one is valid)."""
+    key = _histogram_digest(lengths, counts, max_seq_len, cap)
+    _LP_BOUNDS[key] = max(int(bound), _LP_BOUNDS.pop(key, 0))
+    while len(_LP_BOUNDS) > _LP_BOUNDS_KEPT:
+        del _LP_BOUNDS[next(iter(_LP_BOUNDS))]
+
+
+def known_lp_bound(
+    lengths: np.ndarray, counts: np.ndarray, max_seq_len: int, cap: int | None
+) -> int | None:
+    """The LP bound recorded for this histogram (lengths distinct, ascending), or None."""
+    if not _LP_BOUNDS:
+        return None
+    return _LP_BOUNDS.get(_histogram_digest(lengths, counts, max_seq_len, cap))
 
 
 def _capped(bound: LowerBound, counts: np.ndarray, cap: int | None) -> LowerBound:

@@ -12,8 +12,9 @@ expanding the bins, so it costs O(distinct templates) whatever the multiplicitie
 
 `lower_bound_bins` is the engine's bound (`seqpack_cli.packing.bounds`) on the packed lengths:
 by volume, Martello and Toth's L2, the sequences that cannot share a bin, and
-ceil(sequences / cap) when the packing was made with `max_seqs_per_bin`. Pass that cap, or the
-bound leaves it out.
+ceil(sequences / cap) when the packing was made with `max_seqs_per_bin`, or the LP bound where
+the engine computed it for these lengths (it does where its greedy packing misses the others).
+Pass that cap, or the bound leaves it out.
 """
 
 from __future__ import annotations

@@ -2,11 +2,13 @@
 
 A histogram `{length: count}` is packed into templates: `Counter{(l1 >= l2 >= ...): bins}` with
 every template's sum <= max_seq_len (and, when capped, at most `max_seqs_per_bin` lengths).
-`pack_length_histogram_batched` is the engine: it runs the pattern heuristic
-(`seqpack_cli.packing.patterns`) and the exact grouped BFD, FFD (`seqpack_cli.packing.fit`) and
-MFFD (`seqpack_cli.packing.mffd`), each given the best packing so far as its `limit` so that it
-stops as soon as it cannot win, and keeps the best; the lower bounds live in
-`seqpack_cli.packing.bounds`.
+`pack_length_histogram_batched` is the engine. It runs the greedy engine
+(`pack_length_histogram_greedy`: the pattern heuristic of `seqpack_cli.packing.patterns` and the
+exact grouped BFD, FFD (`seqpack_cli.packing.fit`) and MFFD (`seqpack_cli.packing.mffd`), each
+given the best packing so far as its `limit` so that it stops as soon as it cannot win, the best
+kept), in milliseconds; where that misses the cheap lower bound of `seqpack_cli.packing.bounds`,
+it also packs from the LP relaxation (`seqpack_cli.packing.lp_rounding`) and keeps the packing
+with fewer bins.
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ from seqpack_cli.checks import check_max_seqs_per_bin, validate_length_counts
 from seqpack_cli.packing.bounds import lower_bound, lower_bounds
 from seqpack_cli.packing.fit import bfd_groups, ffd_groups
 from seqpack_cli.packing.groups import BinTemplate, Group, count_bins, group_templates
+from seqpack_cli.packing.lp_rounding import pack_with_lp
 from seqpack_cli.packing.mffd import mffd_groups
 from seqpack_cli.packing.patterns import MAX_PATTERN_SEQ_LEN, pattern_groups
 
@@ -31,6 +34,7 @@ __all__ = [
     "pack_length_histogram_batched",
     "pack_length_histogram_bfd",
     "pack_length_histogram_ffd",
+    "pack_length_histogram_greedy",
     "pack_length_histogram_mffd",
 ]
 
@@ -136,13 +140,11 @@ def pack_length_histogram_batched(
 ) -> Counter[BinTemplate]:
     """Pack a length histogram into bin templates: the engine; its cost does not grow with N.
 
-    Runs the pattern heuristic and grouped BFD, FFD and MFFD (each exactly its per-item
-    version), and keeps the packing with the fewest bins (the earliest on a tie; BFD runs first
-    where the bound by number of sequences is the one that binds). It stops as soon as one
-    reaches `lower_bound_bins` (nothing can do better), and a classic strategy stops part-way
-    once it has proved it cannot beat the best so far. So the result never has more bins than
-    per-item BFD, FFD or MFFD on the same histogram, and is at the bound wherever the pattern
-    heuristic gets there (all the realistic benchmark shapes).
+    Runs the greedy engine (`pack_length_histogram_greedy`). Where that misses the cheap lower
+    bound (`lower_bound_bins`), it also packs from the LP relaxation
+    (`seqpack_cli.packing.lp_rounding`: column generation, rounding, the greedy engine on what
+    is left) and keeps that packing when it has fewer bins. So the result never has more bins
+    than the greedy engine's, and is at the bound or near the LP optimum.
     Raises `InputError` for a length outside [1, max_seq_len] and `ConfigError` for a bad
     `max_seq_len` or `max_seqs_per_bin`.
     """
@@ -150,6 +152,47 @@ def pack_length_histogram_batched(
     cap = check_max_seqs_per_bin(max_seqs_per_bin)
     if not items:
         return Counter()
+    greedy = _pack_greedy(items, max_seq_len, cap)
+    greedy_bins = sum(greedy.values())
+    bound = lower_bound(items, max_seq_len, cap)
+    if greedy_bins <= bound:
+        return greedy  # nothing can do better: no LP
+
+    def finish(rest: list[tuple[int, int]]) -> Counter[BinTemplate]:
+        return _pack_greedy(rest, max_seq_len, cap)
+
+    packed = pack_with_lp(items, max_seq_len, cap, greedy, finish)
+    packed_bins = sum(packed.values())
+    logger.debug("greedy %d bins, LP packing %d (cheap bound %d)", greedy_bins, packed_bins, bound)
+    return packed if packed_bins < greedy_bins else greedy
+
+
+def pack_length_histogram_greedy(
+    length_counts: LengthCounts, max_seq_len: int, *, max_seqs_per_bin: int | None = None
+) -> Counter[BinTemplate]:
+    """Pack a length histogram with the greedy engine alone (no LP); milliseconds, whatever N.
+
+    Runs the pattern heuristic and grouped BFD, FFD and MFFD (each exactly its per-item
+    version), and keeps the packing with the fewest bins (the earliest on a tie; BFD runs first
+    where the bound by number of sequences is the one that binds). It stops as soon as one
+    reaches `lower_bound_bins` (nothing can do better), and a classic strategy stops part-way
+    once it has proved it cannot beat the best so far. So the result never has more bins than
+    per-item BFD, FFD or MFFD on the same histogram, and is at the bound wherever the pattern
+    heuristic gets there (all the realistic uncapped benchmark shapes).
+    Raises `InputError` for a length outside [1, max_seq_len] and `ConfigError` for a bad
+    `max_seq_len` or `max_seqs_per_bin`.
+    """
+    items = validate_length_counts(length_counts, max_seq_len)
+    cap = check_max_seqs_per_bin(max_seqs_per_bin)
+    if not items:
+        return Counter()
+    return _pack_greedy(items, max_seq_len, cap)
+
+
+def _pack_greedy(
+    items: list[tuple[int, int]], max_seq_len: int, cap: int | None
+) -> Counter[BinTemplate]:
+    """`pack_length_histogram_greedy` on validated items (length, count), longest first."""
     # The strategies allocate tens of thousands of small acyclic tuples: pausing the cyclic
     # collector spares repeated collections that find nothing.
     collecting = gc.isenabled()

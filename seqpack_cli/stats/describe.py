@@ -24,7 +24,8 @@ Prepared directory:
     seed            seed of that sample
     max_seq_len     the directory's bin capacity
     stats           `PackingStats.to_dict()` of its templates
-    lower_bound_by  {volume, size, number}: the bounds whose largest is stats.lower_bound_bins
+    lower_bound_by  {volume, size, number}, and lp where the LP bound was computed (the packing
+                    misses the others): the bounds whose largest is stats.lower_bound_bins
     lengths         num_sequences, num_tokens, num_distinct_lengths, min_length, max_length,
                     mean_length, p50_length, p90_length, p99_length
     no_packing      a baseline: method, num_bins, num_sequences, num_tokens, capacity,

@@ -9,6 +9,7 @@ chart data (`seqpack_cli.stats.distribution`). `seqpack_cli.stats.describe` buil
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
@@ -21,6 +22,7 @@ from seqpack_cli.errors import option
 from seqpack_cli.packing.bounds import LowerBound, lower_bounds_of_lengths
 from seqpack_cli.packing.efficiency import PackingStats
 from seqpack_cli.packing.histogram import BinTemplate
+from seqpack_cli.packing.lp import lp_lower_bound
 from seqpack_cli.stats.baselines import (
     DEFAULT_SAMPLE_SIZE,
     BaselineStats,
@@ -138,6 +140,23 @@ def _seqs_per_bin_buckets(sizes: np.ndarray, weights: np.ndarray) -> list[Bucket
     return buckets
 
 
+def _packing_bound(
+    pairs: list[tuple[BinTemplate, int]], num_bins: int, max_seq_len: int, cap: int | None
+) -> LowerBound:
+    """The lower bound on the packed lengths; where the packing misses the cheap bounds, the
+    LP bound too (as the packer computes it; it is remembered, so `PackingStats` shows it)."""
+    lengths, counts = packed_lengths(pairs)
+    bound = lower_bounds_of_lengths(lengths, counts, max_seq_len, cap)
+    if bound.by_lp is None and num_bins > bound.value:
+        distinct, inverse = np.unique(lengths, return_inverse=True)
+        totals = np.zeros(len(distinct), dtype=np.int64)
+        np.add.at(totals, inverse, counts)
+        histogram = dict(zip(distinct.tolist(), totals.tolist(), strict=True))
+        lp_lower_bound(histogram, max_seq_len, max_seqs_per_bin=cap)
+        bound = lower_bounds_of_lengths(lengths, counts, max_seq_len, cap)
+    return bound
+
+
 def profile_packing(
     length_counts: Mapping[int, int],
     templates: Mapping[BinTemplate, int] | Iterable[tuple[BinTemplate, int]],
@@ -157,10 +176,13 @@ def profile_packing(
     top = check_top(top)
     pairs, sums, sizes, multiplicities = _template_arrays(templates)
     stats = PackingStats.from_templates(dict(pairs), max_seq_len, max_seqs_per_bin=max_seqs_per_bin)
+    bound = _packing_bound(pairs, stats.num_bins, max_seq_len, max_seqs_per_bin)
+    if bound.value != stats.lower_bound_bins:  # the LP bound, computed after the stats
+        stats = dataclasses.replace(stats, lower_bound_bins=bound.value)
     return PackingProfile(
         max_seq_len=max_seq_len,
         stats=stats,
-        lower_bound=lower_bounds_of_lengths(*packed_lengths(pairs), max_seq_len, max_seqs_per_bin),
+        lower_bound=bound,
         lengths=summarize_lengths(length_counts),
         no_packing=no_packing_stats(length_counts, max_seq_len),
         sequential=estimate_sequential_packing(

@@ -29,6 +29,7 @@ from seqpack_cli.stats.profile import PackingProfile
 from seqpack_cli.stats.sweep import SweepResult
 
 __all__ = [
+    "bound_name",
     "efficiency_style",
     "format_efficiency",
     "format_padding",
@@ -118,6 +119,11 @@ def _chart(title: str, buckets: Sequence[Bucket], unit: str, *, label_header: st
     return table
 
 
+def bound_name(profile: PackingProfile) -> str:
+    """ "LP lower bound" where the bound shown is the LP relaxation's, else "lower bound"."""
+    return "LP lower bound" if profile.lower_bound.is_lp else "lower bound"
+
+
 def profile_figures(profile: PackingProfile, *, separator: str) -> dict[str, str]:
     """The summary both reports give of a prepared directory: {figure: value}, in display order.
 
@@ -128,7 +134,7 @@ def profile_figures(profile: PackingProfile, *, separator: str) -> dict[str, str
         "max_seq_len": f"{profile.max_seq_len:,}",
         "sequences": f"{stats.num_sequences:,} (avg {stats.avg_seqs_per_bin:.2f} per bin)",
         "tokens": f"{stats.num_tokens:,} / {stats.capacity:,} capacity",
-        "bins": f"{stats.num_bins:,} (lower bound {stats.lower_bound_bins:,})",
+        "bins": f"{stats.num_bins:,} ({bound_name(profile)} {stats.lower_bound_bins:,})",
         "efficiency": format_efficiency(stats.efficiency),
         "padding": f"{stats.padding:,} tokens ({format_padding(stats.padding_ratio)})",
         "fullness": separator.join(
@@ -216,7 +222,7 @@ def render_profile(
     above_bound = stats.num_bins / stats.lower_bound_bins - 1.0 if stats.lower_bound_bins else 0.0
     figures: dict[str, str | Text] = dict(profile_figures(profile, separator="  "))
     figures["bins"] = (
-        f"{stats.num_bins:,} (lower bound {stats.lower_bound_bins:,}, "
+        f"{stats.num_bins:,} ({bound_name(profile)} {stats.lower_bound_bins:,}, "
         f"+{format_percent(above_bound, 2)})"
     )
     figures["efficiency"] = _efficiency(stats.efficiency)

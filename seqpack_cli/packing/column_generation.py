@@ -1,0 +1,268 @@
+"""Column generation on one histogram: the pool of templates, the restricted LP, the rounds.
+
+The restricted LP covers every length's count with templates of the pool (`min Σ x` subject to
+`A x >= counts`, x >= 0) and is solved by HiGHS through `scipy.optimize.linprog`: by the interior
+point method without crossover while generating (its duals are well centred, which takes a
+handful of rounds where vertex duals take dozens), and with crossover at the end, for a vertex
+solution, which uses few templates (the rounding loses less).
+
+A round prices every template under the duals (`seqpack_cli.packing.pricing`): the best template
+holding each length joins the pool where it is worth more than a bin, and Farley's bound
+`sum(count_i π_i) / V` (V: the value of the best template) raises the lower bound. Pricing is
+exact integer arithmetic on duals floored onto a grid, and the division is exact, so the bound is
+rigorous at every round.
+
+A free "exchange" column per pair of adjacent lengths lets a slot of the longer take the shorter
+(dual-optimal inequalities: the duals then increase with the length, as an optimal dual always
+can); the rounding's slot assignment (`seqpack_cli.packing.lp_rounding`) does the same with whole
+bins. The right-hand side is scaled to O(1), HiGHS' tolerances being absolute: nothing here grows
+with the number of sequences.
+"""
+
+from __future__ import annotations
+
+import logging
+import warnings
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from seqpack_cli.packing.bounds import lower_bounds_of_lengths
+from seqpack_cli.packing.pricing import price_templates
+
+__all__ = ["ColumnGeneration", "LPSolution", "Template"]
+
+logger = logging.getLogger(__name__)
+
+Template = tuple[np.ndarray, np.ndarray]  # (item indices, ascending; copies of each)
+
+# A template joins the pool when worth more than 1 + this under the duals: the interior point
+# method's duals are accurate to about 1e-8, a vertex's to about 1e-9.
+_REDUCED_COST_INTERIOR = 1e-7
+_REDUCED_COST_VERTEX = 1e-9
+_POOL_PER_LENGTH = 4  # the pool keeps about this many templates per distinct length
+# The work model of a round, in seconds of this project's reference machine (a deterministic
+# estimate from the sizes, never a clock): the interior point method per nonzero of the
+# restricted LP and per 1,024 lengths (rows), and the pricing per cell of its dynamic program.
+_WORK_PER_NONZERO = 8.5e-6
+_WORK_PER_CELL = 0.6e-9
+
+
+@dataclass
+class LPSolution:
+    """The LP relaxation of one histogram, as far as column generation took it.
+
+    lengths, counts: the histogram, lengths ascending. templates: the pool. multiplicities:
+    bins of each template in the last restricted LP's vertex solution (fractional). value: that
+    LP's value (>= the LP optimum, equal when `optimal`). bound: a rigorous lower bound on the
+    bins of any packing (the cheap bounds included).
+    """
+
+    lengths: np.ndarray
+    counts: np.ndarray
+    max_seq_len: int
+    cap: int | None
+    templates: list[Template]
+    multiplicities: np.ndarray
+    value: float
+    bound: int
+    optimal: bool
+    rounds: int
+
+
+class ColumnGeneration:
+    """The pool of templates of one histogram, its restricted LP and the pricing rounds.
+
+    `max_rounds`, `work_budget`: the most pricing rounds, and the estimated work they and the
+    final vertex solve may take (`_WORK_PER_NONZERO`, `_WORK_PER_CELL`): work limits, so the
+    result does not depend on the machine's speed. `stop_gap`: stop once the restricted LP is
+    within this fraction of the lower bound. `polish_rounds`: the most rounds on vertex duals
+    after that, for the exact LP optimum (the interior point method's accuracy, relative, is
+    not enough for the ceiling of an LP of millions of bins).
+    """
+
+    def __init__(
+        self,
+        lengths: np.ndarray,
+        counts: np.ndarray,
+        max_seq_len: int,
+        cap: int | None,
+        *,
+        max_rounds: int,
+        work_budget: float,
+        stop_gap: float,
+        polish_rounds: int = 0,
+    ) -> None:
+        self.lengths = np.asarray(lengths, dtype=np.int64)
+        self.counts = np.asarray(counts, dtype=np.int64)
+        self.max_seq_len = max_seq_len
+        self.cap = cap
+        self.max_rounds = max_rounds
+        self.work_budget = work_budget
+        self.stop_gap = stop_gap
+        self.polish_rounds = polish_rounds
+        self.templates: list[Template] = []
+        self._seen: set[bytes] = set()
+        self._scale = float(self.counts.max())
+        self.bound = lower_bounds_of_lengths(self.lengths, self.counts, max_seq_len, cap).value
+
+    def add(self, templates: list[Template]) -> int:
+        """Add the templates not in the pool yet; returns how many were new."""
+        added = 0
+        for items, copies in templates:
+            key = _template_key(items, copies)
+            if key not in self._seen:
+                self._seen.add(key)
+                self.templates.append((items.astype(np.int64), copies.astype(np.int64)))
+                added += 1
+        return added
+
+    def run(self) -> LPSolution:
+        """Generate columns until the bound meets the restricted LP, no template is worth more
+        than a bin, or `max_rounds`; then solve the restricted LP for a vertex (and polish)."""
+        optimal = False
+        rounds = 0
+        spent = 0.0
+        for rounds in range(1, self.max_rounds + 1):
+            solve_work = self._solve_work()
+            round_work = solve_work + self._pricing_work()
+            if spent + round_work + 1.5 * solve_work > self.work_budget:
+                rounds -= 1  # no room for this round and the final solve (with crossover)
+                break
+            spent += round_work
+            value, duals, _ = self.solve(interior=True)
+            if self._close(value):
+                break
+            new = self._price(duals, _REDUCED_COST_INTERIOR)
+            logger.debug(
+                "round %d: restricted LP %.3f bins, bound %d, %d templates (+%d)",
+                rounds,
+                value,
+                self.bound,
+                len(self.templates),
+                len(new),
+            )
+            if self._close(value):
+                break
+            if not new:
+                optimal = True  # no template is worth more than a bin: the LP optimum
+                break
+            self._prune(duals)
+            if not self.add(new):
+                break  # all in the pool already: the duals are as accurate as they get
+        value, duals, multiplicities = self.solve(interior=False)
+        for _ in range(self.polish_rounds):
+            if value <= self.bound:
+                break  # ceil(LP optimum) <= the bound: they are equal
+            new = self._price(duals, _REDUCED_COST_VERTEX)
+            if not new:
+                optimal = True
+                break
+            if not self.add(new):
+                break
+            value, duals, multiplicities = self.solve(interior=False)
+        return LPSolution(
+            self.lengths,
+            self.counts,
+            self.max_seq_len,
+            self.cap,
+            self.templates,
+            multiplicities,
+            value,
+            self.bound,
+            optimal or value <= self.bound,
+            rounds,
+        )
+
+    def solve(self, *, interior: bool) -> tuple[float, np.ndarray, np.ndarray]:
+        """Solve the restricted LP: (value in bins, duals >= 0, bins per template).
+
+        `interior`: the interior point method's centred solution (no crossover), else a
+        vertex (crossover: far faster here than the simplex method from scratch).
+        """
+        from scipy.optimize import OptimizeWarning, linprog
+
+        matrix = self._matrix()
+        num_templates = len(self.templates)
+        cost = np.concatenate((np.ones(num_templates), np.zeros(matrix.shape[1] - num_templates)))
+        with warnings.catch_warnings():
+            # "passed to HiGHS verbatim": run_crossover is a HiGHS option that linprog forwards
+            warnings.simplefilter("ignore", OptimizeWarning)
+            result = linprog(
+                cost,
+                A_ub=-matrix,
+                b_ub=-(self.counts / self._scale),
+                bounds=(0, None),
+                method="highs-ipm",
+                options={"run_crossover": "off"} if interior else {},
+            )
+        if result.status != 0:
+            raise RuntimeError(f"the restricted LP failed: {result.message}")
+        duals = np.maximum(-np.asarray(result.ineqlin.marginals, dtype=np.float64), 0.0)
+        multiplicities = np.asarray(result.x[:num_templates], dtype=np.float64) * self._scale
+        return float(result.fun) * self._scale, duals, multiplicities
+
+    def _solve_work(self) -> float:
+        """The estimated work of solving the restricted LP over the pool as it is."""
+        nonzeros = sum(len(items) for items, _ in self.templates) + 2 * len(self.lengths)
+        return nonzeros * max(1.0, len(self.lengths) / 1024) * _WORK_PER_NONZERO
+
+    def _pricing_work(self) -> float:
+        """The estimated work of a pricing round (the staircase may make it less)."""
+        layers = self.cap if self.cap is not None else self.max_seq_len.bit_length()
+        return layers * len(self.lengths) * (self.max_seq_len + 1) * _WORK_PER_CELL
+
+    def _close(self, value: float) -> bool:
+        return value <= self.bound * (1.0 + self.stop_gap)
+
+    def _matrix(self) -> Any:
+        """The restricted LP's matrix: a column per template, then the exchange columns."""
+        from scipy.sparse import csc_array
+
+        n = len(self.lengths)
+        sizes = [len(items) for items, _ in self.templates]
+        exchange = len(sizes) + np.arange(n - 1)
+        rows = np.concatenate([items for items, _ in self.templates] + [np.arange(n - 1)])
+        rows = np.concatenate((rows, np.arange(1, n)))
+        cols = np.concatenate((np.repeat(np.arange(len(sizes)), sizes), exchange, exchange))
+        data = np.concatenate(
+            [copies.astype(np.float64) for _, copies in self.templates]
+            + [np.ones(n - 1), -np.ones(n - 1)]
+        )
+        return csc_array((data, (rows, cols)), shape=(n, len(sizes) + n - 1))
+
+    def _price(self, duals: np.ndarray, reduced_cost: float) -> list[Template]:
+        """Price the templates under `duals`: raise the bound (Farley) and return the best
+        template holding each length, where it is worth more than a bin."""
+        pricing = price_templates(self.lengths, duals, self.max_seq_len, self.cap)
+        if pricing.best_units > 0:
+            units = pricing.quantized.units.tolist()
+            numerator = sum(c * u for c, u in zip(self.counts.tolist(), units, strict=True))
+            self.bound = max(self.bound, -(-numerator // pricing.best_units))  # exact ceiling
+        new = []
+        for template in pricing.templates:
+            if (
+                template is not None
+                and float(duals[template[0]] @ template[1]) > 1.0 + reduced_cost
+            ):
+                new.append(template)
+        return new
+
+    def _prune(self, duals: np.ndarray) -> None:
+        """Keep the pool to about `_POOL_PER_LENGTH` templates per length: drop those worth
+        least under `duals`, the singletons aside (they keep the restricted LP feasible)."""
+        n = len(self.lengths)
+        limit = _POOL_PER_LENGTH * n
+        if len(self.templates) <= limit:
+            return
+        worth = np.array([float(duals[items] @ copies) for items, copies in self.templates[n:]])
+        order = np.argsort(-worth, kind="stable") + n
+        for i in order[limit - n :].tolist():  # dropped: a later round may bring one back
+            self._seen.discard(_template_key(*self.templates[i]))
+        keep = np.sort(np.concatenate((np.arange(n), order[: limit - n])))
+        self.templates = [self.templates[i] for i in keep.tolist()]
+
+
+def _template_key(items: np.ndarray, copies: np.ndarray) -> bytes:
+    return items.astype(np.int64).tobytes() + b"|" + copies.astype(np.int64).tobytes()
