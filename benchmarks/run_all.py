@@ -12,6 +12,7 @@ from pathlib import Path
 
 SCRIPTS = [
     "bench_packing.py",
+    "bench_optimum.py",
     "bench_epoch.py",
     "bench_prepare.py",
     "bench_masking.py",
