@@ -63,6 +63,7 @@ ROW_KEYS = {
     "share_tokens_over_cap",
     "num_tokens_truncated",
     "share_tokens_truncated",
+    "num_pieces_if_split",
     "attention",
     "seqpack",
     "lower_bound_by",
@@ -286,6 +287,7 @@ def test_sweep_json_agrees_with_numpy(data_dir: Path, lengths: np.ndarray) -> No
         assert row["share_tokens_over_cap"] == pytest.approx(over.sum() / lengths.sum())
         assert row["num_tokens_truncated"] == int((over - cap).sum())
         assert row["share_tokens_truncated"] == pytest.approx((over - cap).sum() / lengths.sum())
+        assert row["num_pieces_if_split"] == int(np.ceil(over / cap).sum())
         squares = int((kept.astype(object) ** 2).sum())
         assert row["attention"] == {
             "packed": squares,

@@ -336,6 +336,7 @@ def _cap_cost_oracle(histogram: dict[int, int], cap: int) -> CapCost:
         num_over_cap=len(over),
         num_tokens_over_cap=sum(over),
         num_tokens_truncated=sum(length - cap for length in over),
+        num_pieces_if_split=sum(len(range(0, length, cap)) for length in over),
         attention_packed=sum(length * length for length in fit),
         attention_padded=len(fit) * cap * cap,
     )
@@ -352,6 +353,7 @@ def _cap_cost_by_entry(histogram: dict[int, int], cap: int) -> CapCost:
         num_over_cap=sum(over.values()),
         num_tokens_over_cap=sum(length * count for length, count in over.items()),
         num_tokens_truncated=sum((length - cap) * count for length, count in over.items()),
+        num_pieces_if_split=sum(-(-length // cap) * count for length, count in over.items()),
         attention_packed=sum(length * length * count for length, count in fit.items()),
         attention_padded=sum(fit.values()) * cap * cap,
     )
@@ -364,6 +366,7 @@ def test_cap_costs_golden_small_dataset() -> None:
     # the five that fit attend to 9+9+25+25+25 = 93 query-key pairs, padded rows to 5 * 36.
     assert (at6.num_over_cap, at6.num_tokens_over_cap, at6.num_tokens_truncated) == (2, 19, 7)
     assert (at6.attention_packed, at6.attention_padded) == (93, 180)
+    assert at6.num_pieces_if_split == 2 + 2  # split: 7 -> 6 + 1, 12 -> 6 + 6
     assert at6.share_over_cap == pytest.approx(2 / 7)
     assert at6.share_tokens_over_cap == pytest.approx(19 / 40)
     assert at6.share_tokens_truncated == pytest.approx(7 / 40)
@@ -371,13 +374,16 @@ def test_cap_costs_golden_small_dataset() -> None:
     # at 10: only 12 is over (2 cut if truncated); 93 + 49 = 142 against 6 * 100
     assert (at10.num_over_cap, at10.num_tokens_over_cap, at10.num_tokens_truncated) == (1, 12, 2)
     assert (at10.attention_packed, at10.attention_padded) == (142, 600)
+    assert at10.num_pieces_if_split == 2  # 12 -> 10 + 2
     # at 16: nothing over; 142 + 144 = 286 against 7 * 256
     assert (at16.num_over_cap, at16.num_tokens_truncated, at16.attention_packed) == (0, 0, 286)
     assert at16.attention_padded == 7 * 256
+    assert at16.num_pieces_if_split == 0
     # in the order given, and nothing fits: no attention, a 0.0 ratio rather than a division
     (none,) = cap_costs({100: 5}, [10])
     assert (none.attention_packed, none.attention_padded, none.attention_vs_padded) == (0, 0, 0.0)
     assert none.share_tokens_truncated == pytest.approx(450 / 500)
+    assert none.num_pieces_if_split == 5 * 10
 
 
 def test_sweep_rows_carry_the_cap_costs() -> None:

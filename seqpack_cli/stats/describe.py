@@ -55,6 +55,8 @@ Sweep:
       num_tokens_truncated    sum of (length - max_seq_len) over them: cut if they are
                               truncated to max_seq_len instead
       share_tokens_truncated  num_tokens_truncated / all tokens
+      num_pieces_if_split     the sequences they become if split into max_seq_len pieces
+                              instead (`--over-cap split`, with a token store: no token lost)
       attention               the attention cost of the sequences that fit, in query-key
                               pairs scored (FLOPs are proportional; causal halves both):
                               {packed: the sum of length**2, each sequence attending only
@@ -136,6 +138,7 @@ JSON_SCHEMA: Mapping[str, tuple[str, ...]] = {
         "share_tokens_over_cap",
         "num_tokens_truncated",
         "share_tokens_truncated",
+        "num_pieces_if_split",
         "attention",
         "seqpack",
         "lower_bound_by",

@@ -203,6 +203,7 @@ class CapCost:
     num_over_cap: int
     num_tokens_over_cap: int  # lost if the sequences over the cap are dropped
     num_tokens_truncated: int  # cut if they are truncated to max_seq_len
+    num_pieces_if_split: int  # sequences they become if split into max_seq_len pieces
     attention_packed: int  # sum of length**2 over the sequences that fit
     attention_padded: int  # (sequences that fit) * max_seq_len**2
 
@@ -252,6 +253,13 @@ def cap_costs(length_counts: Mapping[int, int], max_seq_lens: Sequence[int]) -> 
     return cap_costs_of_arrays(lengths, counts, max_seq_lens)
 
 
+def _pieces(lengths: np.ndarray, counts: np.ndarray, cap: int) -> int:
+    """The sum of ceil(length / cap) * count, exactly (Python ints: counts of 1e9 sequences of
+    2**31 tokens overflow int64)."""
+    pieces = (lengths + (cap - 1)) // cap
+    return int(np.dot(pieces.astype(object), counts.astype(object))) if lengths.size else 0
+
+
 def cap_costs_of_arrays(
     lengths: np.ndarray, counts: np.ndarray, max_seq_lens: Sequence[int]
 ) -> list[CapCost]:
@@ -281,6 +289,7 @@ def cap_costs_of_arrays(
                 num_over_cap=num_over,
                 num_tokens_over_cap=tokens_over,
                 num_tokens_truncated=tokens_over - cap * num_over,
+                num_pieces_if_split=_pieces(lengths[index:], counts[index:], cap),
                 attention_packed=int(squares[index]),
                 attention_padded=num_fit * cap * cap,
             )

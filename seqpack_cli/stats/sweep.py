@@ -86,6 +86,7 @@ class SweepRow:
             "share_tokens_over_cap": self.cost.share_tokens_over_cap,
             "num_tokens_truncated": self.cost.num_tokens_truncated,
             "share_tokens_truncated": self.cost.share_tokens_truncated,
+            "num_pieces_if_split": self.cost.num_pieces_if_split,
             "attention": {
                 "packed": self.cost.attention_packed,
                 "padded": self.cost.attention_padded,
