@@ -19,7 +19,7 @@ written once into a cache folder, here in 64 files. Then:
 3. The projection for 1e10 rows on 8, 32 and 128 workers of 2 cores (2 tasks at a time each),
    with the assumptions printed: each phase takes whole waves of tasks (the measured compute per
    row times the rows of a task, plus the overhead per task) or the shared filesystem's time for
-   its bytes, whichever is longer.
+   its bytes, whichever is longer (`dask_projection`).
 
     python benchmarks/bench_dask.py                       # 1e8 rows, dense ids and row indexes
     python benchmarks/bench_dask.py --rows 1e7 --repeat 2
@@ -48,10 +48,10 @@ import pyarrow.parquet as pq
 
 sys.path.insert(0, str(Path(__file__).parent))
 from bench_prepare import MAX_SEQ_LEN, generate
+from dask_projection import print_projection
 
 from seqpack_cli.prepare import PrepareConfig, prepare_dataset
 from seqpack_cli.prepare.cluster.client import local_cluster
-from seqpack_cli.prepare.cluster.tuning import ClusterTuning
 
 TARGET_RATIO = 1.5
 TARGET_WORKER_MIB = 1024
@@ -77,6 +77,10 @@ def _sample_peaks(root: int, peaks: dict[int, tuple[str, float]], stop: threadin
     """Every 50 ms, the peak RSS of `root` and its descendants (kept after they exit)."""
     import psutil
 
+    try:
+        root_command = psutil.Process(root).cmdline()
+    except psutil.Error:
+        return
     while not stop.is_set():
         try:
             processes = [psutil.Process(root), *psutil.Process(root).children(recursive=True)]
@@ -87,9 +91,13 @@ def _sample_peaks(root: int, peaks: dict[int, tuple[str, float]], stop: threadin
             if peak is None:
                 continue
             try:
-                kind = "worker" if "spawn_main" in " ".join(process.cmdline()) else "other"
+                command = process.cmdline()
             except psutil.Error:
                 continue
+            # A spawned worker runs multiprocessing's spawn_main; a forked one, the driver's
+            # command line.
+            spawned = "spawn_main" in " ".join(command)
+            kind = "worker" if spawned or command == root_command else "other"
             kind = "driver" if process.pid == root else kind
             peaks[process.pid] = (kind, max(peak, peaks.get(process.pid, ("", 0.0))[1]))
         stop.wait(0.05)
@@ -216,7 +224,7 @@ def _fixed_task_cost(client: Any, scratch: Path) -> float:
     size (a DuckDB connection, a query's setup, the footers' paths checked)."""
     from seqpack_cli.prepare.cluster.groups import plan_groups
     from seqpack_cli.prepare.cluster.tasks import TaskSettings, group_histogram
-    from seqpack_cli.prepare.scan import inspect_inputs
+    from seqpack_cli.prepare.footers import inspect_inputs
 
     path = scratch / "one-row.parquet"
     pq.write_table(pa.table({"num_tokens": pa.array([5], pa.int32())}), path)
@@ -228,76 +236,6 @@ def _fixed_task_cost(client: Any, scratch: Path) -> float:
         return time.perf_counter() - started
 
     return float(np.median(client.gather(client.map(timed, range(40), pure=False))))
-
-
-def driver_seconds(num_groups: int, num_lengths: int) -> float:
-    """The driver's own work between phases at that many file groups and distinct lengths:
-    the histograms added up and checked, each group's kept counts, the merge units."""
-    from seqpack_cli.prepare.cluster.groups import kept_counts, merge_units
-    from seqpack_cli.prepare.scan import HistogramPart, InputFile, checked_histogram
-
-    rng = np.random.default_rng(0)
-    rows = [
-        list(
-            zip(range(1, num_lengths + 1), rng.integers(1, 2000, num_lengths).tolist(), strict=True)
-        )
-        for _ in range(num_groups)
-    ]
-    parts = [HistogramPart(part) for part in rows]
-    total = sum(count for part in rows for _, count in part)
-    files = [InputFile(Path("/x.parquet"), 1, total, (("num_tokens", "INTEGER"),))]
-    started = time.perf_counter()
-    kept = checked_histogram(files, "num_tokens", parts)
-    counts = [kept_counts(part, MAX_SEQ_LEN, "drop") for part in rows]
-    merge_units(sorted(kept), counts, 1 << 22)
-    return time.perf_counter() - started
-
-
-def column_bytes_per_row(folder: Path, columns: list[str]) -> float:
-    """Compressed parquet bytes per row of `columns` (what the passes read)."""
-    total_bytes, total_rows = 0, 0
-    for path in sorted(folder.glob("*.parquet")):
-        metadata = pq.read_metadata(path)
-        total_rows += metadata.num_rows
-        for group in range(metadata.num_row_groups):
-            row_group = metadata.row_group(group)
-            for i in range(row_group.num_columns):
-                if row_group.column(i).path_in_schema in columns:
-                    total_bytes += row_group.column(i).total_compressed_size
-    return total_bytes / max(total_rows, 1)
-
-
-# ---- 3. the projection -----------------------------------------------------------------------
-
-
-def project(
-    costs: dict[str, Any],
-    bytes_read: dict[str, float],
-    rows: float,
-    workers: int,
-    bandwidth: float,
-    overhead: float,
-    driver: float,
-    tuning: ClusterTuning,
-) -> tuple[float, dict[str, float]]:
-    """Seconds for `rows` rows on `workers` workers of 2 task threads (see the docstring)."""
-    threads = 2 * workers
-    tasks = {
-        "footers": math.ceil(rows / 1.5625e6 / tuning.footer_files),
-        "histogram": math.ceil(rows / tuning.max_group_rows),
-        "pools": math.ceil(rows / tuning.max_group_rows),
-        "check ids": math.ceil(rows / tuning.check_ids),
-        "write pools": math.ceil(rows / tuning.merge_ids),
-    }
-    seconds = {}
-    for phase, count in tasks.items():
-        measured = costs["phases"].get(phase)
-        per_row = measured[1] / costs["rows"] if measured else 0.0
-        waves = math.ceil(count / threads)
-        compute = waves * (per_row * rows / count + overhead)
-        transfer = bytes_read.get(phase, 0.0) * rows / bandwidth
-        seconds[phase] = max(compute, transfer)
-    return sum(seconds.values()) + driver, seconds
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -343,7 +281,7 @@ def main(argv: list[str] | None = None) -> int:
         shutil.rmtree(scratch, ignore_errors=True)
     _print_end_to_end(results, args.workers)
     _print_costs(costs, args.ids[0])
-    _print_projection(costs, folder, ID_COLUMNS[args.ids[0]])
+    print_projection(costs, folder, ID_COLUMNS[args.ids[0]])
     return 0 if all(r[3] for r in results) else 1
 
 
@@ -395,42 +333,6 @@ def _print_costs(costs: dict[str, Any], kind: str) -> None:
         f"Dask's overhead per task: {costs['dask_overhead'] * 1e3:.2f} ms (no-op tasks); "
         f"seqpack's fixed cost per task: {costs['fixed'] * 1e3:.1f} ms (a one-row histogram)"
     )
-
-
-def _print_projection(costs: dict[str, Any], folder: Path, id_column: str | None) -> None:
-    tuning = ClusterTuning()
-    length_bytes = column_bytes_per_row(folder, ["num_tokens"])
-    id_bytes = column_bytes_per_row(folder, [id_column]) if id_column else 0.0
-    run_bytes = 16.0 if id_column else 8.0  # the run by length, and by id
-    bytes_read = {
-        "histogram": length_bytes,
-        "pools": length_bytes + id_bytes + run_bytes,
-        "check ids": 8.0 if id_column else 0.0,
-        "write pools": 16.0,  # the runs read, the pools written
-    }
-    rows = 1e10
-    groups = math.ceil(rows / tuning.max_group_rows)
-    driver = driver_seconds(groups, 8192)
-    overhead = costs["dask_overhead"] + costs["fixed"]
-    print(
-        f"\nprojection: 1e10 rows, files of 1.56M rows (6,400 files), 8,192 distinct lengths; "
-        f"{groups:,} file groups of {tuning.max_group_rows:,} rows; each phase takes whole "
-        f"waves of tasks at the measured compute per row plus {overhead * 1e3:.0f} ms per task, "
-        f"or moves its bytes through the shared filesystem (parquet: {length_bytes:.2f} B/row "
-        f"for lengths, {id_bytes:.2f} B/row for ids; runs and pools 8 B/id each), whichever is "
-        f"longer; the driver's own work {driver:.1f} s (measured at {groups:,} groups); an "
-        f"existing cluster (no start-up); DuckDB reads from the page cache or a filesystem "
-        f"as fast as from local disk"
-    )
-    header = f"{'workers':>7} {'cores':>5} | {'2 GB/s (NFS)':>12} {'20 GB/s (Lustre)':>16}"
-    print(header)
-    print("-" * len(header))
-    for workers in (8, 32, 128):
-        slow, _ = project(costs, bytes_read, rows, workers, 2e9, overhead, driver, tuning)
-        fast, parts = project(costs, bytes_read, rows, workers, 2e10, overhead, driver, tuning)
-        print(f"{workers:>7} {2 * workers:>5} | {slow / 60:>10.1f} m {fast / 60:>14.1f} m")
-    shares = ", ".join(f"{phase} {seconds:.0f} s" for phase, seconds in parts.items())
-    print(f"(128 workers at 20 GB/s, by phase: {shares})")
 
 
 if __name__ == "__main__":

@@ -33,8 +33,8 @@ from seqpack_cli.prepare.cluster.merge import (
     merged_segments,
 )
 from seqpack_cli.prepare.cluster.tuning import ClusterTuning
+from seqpack_cli.prepare.footers import InputFile
 from seqpack_cli.prepare.pools.layout import Layout
-from seqpack_cli.prepare.scan import InputFile
 
 sorted_runs = st.lists(
     st.lists(st.integers(-50, 50), max_size=40).map(sorted), min_size=1, max_size=6

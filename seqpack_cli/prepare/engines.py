@@ -82,7 +82,7 @@ class LocalEngine:
             close_connection(con)
 
     def inspect(self, paths: Sequence[Path]) -> list[Any]:
-        from seqpack_cli.prepare.scan import inspect_inputs
+        from seqpack_cli.prepare.footers import inspect_inputs
 
         return inspect_inputs(paths, self.config.length_column, self.config.id_column)
 

@@ -1,4 +1,4 @@
-"""Parquet inputs -> length histogram: the footer checks and the first of prepare's two passes.
+"""Parquet inputs -> length histogram: the first of prepare's two passes.
 
 The first pass (DESIGN.md decision 6): `length_histogram` is one cheap GROUP BY over the length
 column, and bad lengths (NULL, <= 0) are refused here, before any heavy work. The second pass,
@@ -10,24 +10,23 @@ DuckDB (`len`) in every query that reads lengths, through the `_of_lists` varian
 (`length_query` names it). A NULL list is a NULL length and an empty list a length of 0.
 
 Inputs are resolved by `prepare.inputs` (`resolve_inputs`: files, globs, directories; nothing
-left out or counted twice without a word) and their footers checked here (`inspect_inputs`: row
-counts, schema, column types, names DuckDB could confuse) before DuckDB reads a row. The DuckDB
-side (connection, settings, SQL, error wording, how paths and columns are bound) is in
-`prepare.db`. The names other modules import from here keep working: they are re-exported.
+left out or counted twice without a word) and their footers checked by `prepare.footers`
+(`inspect_inputs`: row counts, schema, column types, names DuckDB could confuse) before DuckDB
+reads a row. The DuckDB side (connection, settings, SQL, error wording, how paths and columns are
+bound) is in `prepare.db`. The names other modules import from here keep working: they are
+re-exported.
 """
 
 from __future__ import annotations
 
 import os
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
 import duckdb
-import pyarrow as pa
-import pyarrow.parquet as pq
 
-from seqpack_cli.errors import InputError, option
+from seqpack_cli.errors import InputError
 from seqpack_cli.prepare.db import (
     check_memory_limit,
     check_temp_dir,
@@ -41,7 +40,14 @@ from seqpack_cli.prepare.db import (
     read_error,
     read_params,
 )
-from seqpack_cli.prepare.inputs import PARQUET_SUFFIXES, not_regular, resolve_inputs
+from seqpack_cli.prepare.footers import (
+    Footer,
+    InputFile,
+    check_footers,
+    inspect_inputs,
+    read_footer,
+)
+from seqpack_cli.prepare.inputs import PARQUET_SUFFIXES, resolve_inputs
 from seqpack_cli.progress import ProgressCallback
 
 __all__ = [
@@ -71,217 +77,6 @@ __all__ = [
     "resolve_inputs",
     "scan_length_histogram",
 ]
-
-
-# ---- inputs: the footers ----------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class InputFile:
-    """One parquet input, as its footer describes it.
-
-    `column_types` are the DuckDB types of the columns `inspect_inputs` checked (the length
-    column, and the id column if any), as `read_params` binds them: a length column of token
-    lists has a list type such as `INTEGER[]`.
-    """
-
-    path: Path
-    num_bytes: int
-    num_rows: int
-    column_types: tuple[tuple[str, str], ...] = ()
-
-
-_DUCKDB_INTEGERS = {
-    pa.int8(): "TINYINT",
-    pa.int16(): "SMALLINT",
-    pa.int32(): "INTEGER",
-    pa.int64(): "BIGINT",
-    pa.uint8(): "UTINYINT",
-    pa.uint16(): "USMALLINT",
-    pa.uint32(): "UINTEGER",
-    pa.uint64(): "UBIGINT",
-}
-
-
-def _ascii_lower(name: str) -> str:
-    # DuckDB matches column names ignoring ASCII case only ("Ä" and "ä" stay apart).
-    return "".join(char.lower() if char.isascii() else char for char in name)
-
-
-def _list_element(column_type: pa.DataType) -> pa.DataType | None:
-    """The element type of a (large, fixed-size) list type; None for any other type."""
-    if (
-        pa.types.is_list(column_type)
-        or pa.types.is_large_list(column_type)
-        or pa.types.is_fixed_size_list(column_type)
-    ):
-        return column_type.value_type
-    return None
-
-
-def _duckdb_type(column_type: pa.DataType, role: str) -> str | None:
-    """How `bound_schema` binds a column read in `role`; None for a type prepare cannot read.
-
-    Integers, and for the length column lists of integers (read as DuckDB lists, whose `len`
-    is the length).
-    """
-    if column_type in _DUCKDB_INTEGERS:
-        return _DUCKDB_INTEGERS[column_type]
-    element = _list_element(column_type) if role == "length" else None
-    if element is not None and element in _DUCKDB_INTEGERS:
-        return f"{_DUCKDB_INTEGERS[element]}[]"
-    return None
-
-
-def _check_column(
-    path: Path, names: Sequence[str], types: Mapping[str, pa.DataType], column: str, role: str
-) -> str:
-    """The column's DuckDB type (see `_duckdb_type`), or `InputError` saying why it cannot be
-    read."""
-    flag = option(f"{role}_column")
-    if column not in types:
-        variants = [name for name in names if _ascii_lower(name) == _ascii_lower(column)]
-        hint = f" (names are matched exactly: did you mean {variants[0]!r}?)" if variants else ""
-        raise InputError(
-            f"{role} column {column!r} ({flag}) is not in {path}; its columns are: "
-            f"{', '.join(names)}; pass one of them as {flag}{hint}"
-        )
-    same = [name for name in names if _ascii_lower(name) == _ascii_lower(column)]
-    if len(same) > 1:
-        shown = " and ".join(repr(name) for name in same)
-        reason = "the same name" if len(set(same)) == 1 else "names that differ only in case"
-        raise InputError(
-            f"input file {path} has {len(same)} columns with {reason} ({shown}), and {flag} "
-            f"names {column!r}; DuckDB cannot tell them apart: rename all but one of them when "
-            "writing the parquet"
-        )
-    column_type = types[column]
-    duckdb_type = _duckdb_type(column_type, role)
-    if duckdb_type is not None:
-        return duckdb_type
-    if role == "length" and _list_element(column_type) is not None:
-        raise InputError(
-            f"length column {column!r} ({flag}) in {path} holds {column_type} values; expected "
-            "integer token counts, or lists of integer token ids (each list's length is the "
-            f"sequence's): name the token-id or length column with {flag}"
-        )
-    expected = "integer token counts" if role == "length" else "unique integer ids"
-    raise InputError(
-        f"{role} column {column!r} ({flag}) in {path} holds {column_type} values; expected "
-        f"{expected}; cast the column to an integer type when writing the parquet, or name "
-        f"the right column with {flag}"
-    )
-
-
-def _schema_difference(
-    types: Mapping[str, pa.DataType], reference: Mapping[str, pa.DataType], reference_path: Path
-) -> str:
-    for name, column_type in reference.items():
-        if name not in types:
-            return f"it has no column {name!r}, which {reference_path} has"
-        if types[name] != column_type:
-            return f"column {name!r} is {types[name]} there but {column_type} in {reference_path}"
-    extra = next(name for name in types if name not in reference)
-    return f"it has a column {extra!r} that {reference_path} lacks"
-
-
-@dataclass(frozen=True)
-class Footer:
-    """One parquet input's footer as `read_footer` read it: what `check_footers` compares."""
-
-    path: Path
-    num_bytes: int
-    num_rows: int
-    names: tuple[str, ...]
-    types: dict[str, pa.DataType]
-
-
-def read_footer(path: Path) -> Footer:
-    """The footer of one input; `InputError` for a path that is not a regular file, or a file that
-    is not parquet (or is truncated)."""
-    why = not_regular(path)
-    if why == "missing":
-        raise InputError(f"input file {path} does not exist; check the path")
-    if why is not None:
-        raise InputError(f"input {path} is {why}; inputs are parquet files: leave it out")
-    try:
-        with open(path, "rb") as handle:  # pyarrow takes only UTF-8 path names
-            metadata = pq.read_metadata(handle)
-        schema = metadata.schema.to_arrow_schema()
-    except (pa.ArrowException, OSError) as error:
-        raise InputError(
-            f"input file {path} is not a readable parquet file ({first_line(error)}); "
-            "leave it out of the inputs or rewrite it as parquet"
-        ) from None
-    types = {field.name: field.type for field in schema}
-    return Footer(path, path.stat().st_size, metadata.num_rows, tuple(schema.names), types)
-
-
-def _check_columns(length_column: str, id_column: str | None) -> list[str]:
-    """The columns read (length, then id), as names `inspect_inputs` can look for."""
-    for role, column in (("length", length_column), ("id", id_column)):
-        if column is not None and (not isinstance(column, str) or not column):
-            raise InputError(
-                f"{role} column is {column!r} ({option(f'{role}_column')}); expected a column name"
-            )
-    if id_column is not None and id_column == length_column:
-        raise InputError(
-            f"id column {id_column!r} ({option('id_column')}) is also the length column; ids "
-            f"must be unique per sequence: name another column, or leave {option('id_column')} "
-            "unset to use row indexes as ids"
-        )
-    return [length_column] if id_column is None else [length_column, id_column]
-
-
-def check_footers(
-    footers: Iterable[Footer | InputError], length_column: str, id_column: str | None = None
-) -> list[InputFile]:
-    """The checks of `inspect_inputs` over footers read already (in the inputs' order): an
-    `InputError` in place of a footer is raised when its turn comes, so the first problem in
-    the inputs' order is the one reported, whoever read the footers."""
-    read = _check_columns(length_column, id_column)
-    files: list[InputFile] = []
-    reference: Footer | None = None
-    column_types: tuple[tuple[str, str], ...] = ()
-    for footer in footers:
-        if isinstance(footer, InputError):
-            raise footer
-        path, names, types = footer.path, list(footer.names), footer.types
-        if reference is None:
-            column_types = tuple(
-                (column, _check_column(path, names, types, column, role))
-                for column, role in zip(read, ("length", "id"), strict=False)
-            )
-            reference = footer
-        elif types != reference.types:
-            difference = _schema_difference(types, reference.types, reference.path)
-            raise InputError(
-                f"input file {path} has a different schema from the other inputs: {difference}; "
-                "all inputs need the same columns and types (in any order): rewrite it or leave "
-                "it out"
-            )
-        elif len(names) != len(types):  # the same names, one of them maybe twice
-            for column, role in zip(read, ("length", "id"), strict=False):
-                _check_column(path, names, types, column, role)
-        files.append(InputFile(path, footer.num_bytes, footer.num_rows, column_types))
-    return files
-
-
-def inspect_inputs(
-    paths: Sequence[Path], length_column: str, id_column: str | None = None
-) -> list[InputFile]:
-    """Read every footer: row counts and sizes, and the checks that need no data.
-
-    Raises `InputError` for a path that is not a regular file, a file that is not parquet (or is
-    truncated), a missing length/id column (names match exactly), an id column that is not of
-    integers, a length column that is neither integers nor lists of integers, a column read
-    that another column's name equals ignoring case (DuckDB could read either), and files whose
-    schemas (names and types) disagree.
-    """
-    return check_footers((read_footer(path) for path in paths), length_column, id_column)
-
-
-# ---- the histogram pass -----------------------------------------------------------------------
 
 
 def location(files: Sequence[InputFile], file_index: int, row: int) -> str:

@@ -12,9 +12,12 @@ from __future__ import annotations
 import logging
 import math
 import os
+import sys
+import threading
 import time
 from collections.abc import Iterable
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from seqpack_cli import __version__
@@ -30,6 +33,9 @@ logger = logging.getLogger(__name__)
 
 _STOP_TIMEOUT_S = 60
 _TRIM = "distributed.nanny.pre-spawn-environ.MALLOC_TRIM_THRESHOLD_"
+_START_METHOD = "distributed.worker.multiprocessing-method"
+_QUIET_NATIVE_THREADS = 3
+"""This process's threads after `import pyarrow`: the main one, jemalloc's, one of Arrow's."""
 
 
 @dataclass
@@ -68,6 +74,25 @@ def _import_distributed() -> Any:
     return distributed
 
 
+def _start_method() -> str:
+    """How the local cluster's workers start: "fork" where it is safe, else Dask's "spawn".
+
+    A spawned worker starts a fresh interpreter and imports numpy, pyarrow, DuckDB and Dask
+    again: ~0.5 s of a 2-process cluster's start, on cores the run needs. A forked one shares
+    what this process imported. Forking is safe only in a process that runs nothing else: a
+    thread holding a lock (DuckDB's, a user's) at the fork would hold it forever in the worker.
+    So: Linux only (macOS cannot fork a process that loaded its system frameworks), no Python
+    thread but this one, and no more native threads than importing pyarrow starts (its jemalloc
+    and pool threads, idle, with their own fork handlers): no DuckDB or torch threads running.
+    """
+    tasks = Path("/proc/self/task")
+    if not sys.platform.startswith("linux") or not tasks.is_dir():
+        return "spawn"
+    if threading.active_count() > 1 or len(os.listdir(tasks)) > _QUIET_NATIVE_THREADS:
+        return "spawn"
+    return "fork"
+
+
 def local_cluster(workers: int) -> Any:
     """A `distributed.LocalCluster` of `workers` processes of one task thread each, as
     `--workers` starts it."""
@@ -77,12 +102,15 @@ def local_cluster(workers: int) -> Any:
     # Dask's workers return freed memory to the system at once (MALLOC_TRIM_THRESHOLD_), so
     # every large array is fresh memory, faulted in page by page: that doubled the tasks'
     # system time. The tasks' memory is bounded by design: glibc's default, then.
-    with dask.config.set({_TRIM: None}):
+    # The start method applies to this start only: a worker that dies later is started again
+    # by its nanny with Dask's default (spawn), when this process may run DuckDB's threads.
+    settings = {_TRIM: None, _START_METHOD: _start_method()}
+    with dask.config.set(settings):
         return distributed.LocalCluster(
             n_workers=workers,
             threads_per_worker=1,
             processes=True,
-            dashboard_address=":0",  # no clash with another cluster's 8787
+            dashboard_address=None,  # nobody looks at it during a run: no web server to start
             silence_logs=logging.WARNING,  # the workers: no INFO lines either
         )
 

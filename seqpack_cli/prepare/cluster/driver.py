@@ -56,9 +56,10 @@ from seqpack_cli.prepare.cluster.tasks import (
     read_footers,
 )
 from seqpack_cli.prepare.config import PrepareConfig
+from seqpack_cli.prepare.footers import InputFile, check_footers
 from seqpack_cli.prepare.pools.engine import PoolScan, null_ids_error
 from seqpack_cli.prepare.pools.id_checks import duplicate_ids_error
-from seqpack_cli.prepare.scan import HistogramPart, InputFile, check_footers, checked_histogram
+from seqpack_cli.prepare.scan import HistogramPart, checked_histogram
 from seqpack_cli.prepared import PreparedWriter, pool_file_name
 from seqpack_cli.prepared.pool_creation import BackgroundPoolFiles
 from seqpack_cli.progress import ProgressCallback

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from seqpack_cli.prepare.cluster.tuning import ClusterTuning
-from seqpack_cli.prepare.scan import InputFile
+from seqpack_cli.prepare.footers import InputFile
 
 __all__ = [
     "FileGroup",

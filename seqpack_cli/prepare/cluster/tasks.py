@@ -2,10 +2,10 @@
 
 Each is a pure function of its arguments (what it reads is named in them), so Dask may run it
 again after a worker dies, anywhere, with the same result. Each runs the project's own SQL
-through `prepare.db` and `prepare.scan`, as the local engine does, on its group of files. A
-worker that cannot see an input or the output's temporary directory fails the task with one line
-saying so (`check_visible`): inputs and output must live on a filesystem every worker sees at the
-same path. The pools' tasks are in `pool_tasks` and `merge_tasks`.
+through `prepare.db`, `prepare.footers` and `prepare.scan`, as the local engine does, on its
+group of files. A worker that cannot see an input or the output's temporary directory fails the
+task with one line saying so (`check_visible`): inputs and output must live on a filesystem
+every worker sees at the same path. The pools' tasks are in `pool_tasks` and `merge_tasks`.
 """
 
 from __future__ import annotations
@@ -22,15 +22,14 @@ from seqpack_cli import __version__
 from seqpack_cli.errors import ConfigError, InputError
 from seqpack_cli.prepare.cluster.groups import FileGroup
 from seqpack_cli.prepare.config import engine_option
+from seqpack_cli.prepare.footers import Footer, read_footer
 from seqpack_cli.prepare.scan import (
-    Footer,
     HistogramPart,
     close_connection,
     connect,
     histogram_part,
     load_sql,
     read_error,
-    read_footer,
     read_params,
 )
 
