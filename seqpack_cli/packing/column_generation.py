@@ -79,7 +79,8 @@ class ColumnGeneration:
     result does not depend on the machine's speed. `stop_gap`: stop once the restricted LP is
     within this fraction of the lower bound. `polish_rounds`: the most rounds on vertex duals
     after that, for the exact LP optimum (the interior point method's accuracy, relative, is
-    not enough for the ceiling of an LP of millions of bins).
+    not enough for the ceiling of an LP of millions of bins). `worthless_at`: a bound the caller
+    has already; generating stops once the restricted LP (above the LP optimum) is at most it.
     """
 
     def __init__(
@@ -93,6 +94,7 @@ class ColumnGeneration:
         work_budget: float,
         stop_gap: float,
         polish_rounds: int = 0,
+        worthless_at: int | None = None,
     ) -> None:
         self.lengths = np.asarray(lengths, dtype=np.int64)
         self.counts = np.asarray(counts, dtype=np.int64)
@@ -102,6 +104,7 @@ class ColumnGeneration:
         self.work_budget = work_budget
         self.stop_gap = stop_gap
         self.polish_rounds = polish_rounds
+        self.worthless_at = worthless_at
         self.templates: list[Template] = []
         self._seen: set[bytes] = set()
         self._scale = float(self.counts.max())
@@ -132,7 +135,7 @@ class ColumnGeneration:
                 break
             spent += round_work
             value, duals, _ = self.solve(interior=True)
-            if self._close(value):
+            if self._close(value) or self._worthless(value):
                 break
             new = self._price(duals, _REDUCED_COST_INTERIOR)
             logger.debug(
@@ -212,6 +215,10 @@ class ColumnGeneration:
         """The estimated work of a pricing round (the staircase may make it less)."""
         layers = self.cap if self.cap is not None else self.max_seq_len.bit_length()
         return layers * len(self.lengths) * (self.max_seq_len + 1) * _WORK_PER_CELL
+
+    def _worthless(self, value: float) -> bool:
+        """Whether the LP optimum (<= `value`) cannot raise the bound past `worthless_at`."""
+        return self.worthless_at is not None and value <= self.worthless_at
 
     def _close(self, value: float) -> bool:
         return value <= self.bound * (1.0 + self.stop_gap)
