@@ -19,7 +19,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 from conftest import same_batch
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 from token_datasets import write_token_files
 from typer.testing import CliRunner
@@ -79,6 +79,7 @@ store_cases = st.tuples(
     max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
 )
 @given(case=store_cases)
+@example(case=([[1] * 13], "none", False, "drop", 0))
 def test_the_store_round_trips_through_the_datasets(tmp_path_factory, case) -> None:
     sequences, extra, with_ids, over_cap, seed = case
     root = tmp_path_factory.mktemp("store")
@@ -91,6 +92,8 @@ def test_the_store_round_trips_through_the_datasets(tmp_path_factory, case) -> N
     max_seq_len = 20 if over_cap == "error" else 12
     if over_cap != "error" and max(map(len, sequences)) <= 12:
         over_cap = "error"
+    if over_cap == "drop" and min(map(len, sequences)) > 12:  # dropping all is refused
+        over_cap = "truncate"
     prepared = prepare_dataset(
         _config(
             root,
