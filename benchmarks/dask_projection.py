@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import math
 import time
+import tracemalloc
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -21,28 +23,41 @@ from seqpack_cli.prepare.cluster.tuning import ClusterTuning
 __all__ = ["column_bytes_per_row", "driver_seconds", "print_projection", "project"]
 
 
-def driver_seconds(num_groups: int, num_lengths: int) -> float:
+def driver_seconds(num_groups: int, num_lengths: int) -> tuple[float, float]:
     """The driver's own work between phases at that many file groups and distinct lengths:
-    the histograms added up and checked, each group's kept counts, the merge units."""
-    from seqpack_cli.prepare.cluster.groups import kept_counts, merge_units
+    each group's histogram added up and kept as it arrives, the sum checked, the merge units;
+    (seconds, peak MiB that work allocates, by tracemalloc)."""
+    from seqpack_cli.prepare.cluster.groups import (
+        GroupHistogram,
+        HistogramTotal,
+        kept_counts,
+        merge_units,
+    )
     from seqpack_cli.prepare.footers import InputFile
-    from seqpack_cli.prepare.scan import HistogramPart, checked_histogram
+    from seqpack_cli.prepare.scan import checked_histogram
 
     rng = np.random.default_rng(0)
-    rows = [
-        list(
-            zip(range(1, num_lengths + 1), rng.integers(1, 2000, num_lengths).tolist(), strict=True)
-        )
-        for _ in range(num_groups)
-    ]
-    parts = [HistogramPart(part) for part in rows]
-    total = sum(count for part in rows for _, count in part)
-    files = [InputFile(Path("/x.parquet"), 1, total, (("num_tokens", "INTEGER"),))]
+    lengths = np.arange(1, num_lengths + 1, dtype=np.int64)
+
+    def arriving() -> Iterator[GroupHistogram]:  # as the tasks' results come, one at a time
+        for _ in range(num_groups):
+            yield GroupHistogram(lengths, rng.integers(1, 2000, num_lengths))
+
+    tracemalloc.start()
     started = time.perf_counter()
-    kept = checked_histogram(files, "num_tokens", parts)
-    counts = [kept_counts(part, MAX_SEQ_LEN, "drop") for part in rows]
+    total = HistogramTotal()
+    counts = []
+    for part in arriving():
+        total.add(part)
+        counts.append(kept_counts(part, MAX_SEQ_LEN, "drop"))
+    num_rows = sum(count.num_ids for count in counts)
+    files = [InputFile(Path("/x.parquet"), 1, num_rows, (("num_tokens", "INTEGER"),))]
+    kept = checked_histogram(files, "num_tokens", [total.part()])
     merge_units(sorted(kept), counts, 1 << 22)
-    return time.perf_counter() - started
+    seconds = time.perf_counter() - started
+    peak = tracemalloc.get_traced_memory()[1] / 2**20
+    tracemalloc.stop()
+    return seconds, peak
 
 
 def column_bytes_per_row(folder: Path, columns: list[str]) -> float:
@@ -102,7 +117,7 @@ def print_projection(costs: dict[str, Any], folder: Path, id_column: str | None)
     }
     rows = 1e10
     groups = math.ceil(rows / tuning.max_group_rows)
-    driver = driver_seconds(groups, 8192)
+    driver, driver_mib = driver_seconds(groups, 8192)
     overhead = costs["dask_overhead"] + costs["fixed"]
     print(
         f"\nprojection: 1e10 rows, files of 1.56M rows (6,400 files), 8,192 distinct lengths; "
@@ -110,7 +125,8 @@ def print_projection(costs: dict[str, Any], folder: Path, id_column: str | None)
         f"waves of tasks at the measured compute per row plus {overhead * 1e3:.0f} ms per task, "
         f"or moves its bytes through the shared filesystem (parquet: {length_bytes:.2f} B/row "
         f"for lengths, {id_bytes:.2f} B/row for ids; runs and pools 8 B/id each), whichever is "
-        f"longer; the driver's own work {driver:.1f} s (measured at {groups:,} groups); an "
+        f"longer; the driver's own work {driver:.1f} s, {driver_mib:.0f} MiB at its peak "
+        f"(measured at {groups:,} groups of 8,192 lengths); an "
         f"existing cluster (no start-up); DuckDB reads from the page cache or a filesystem "
         f"as fast as from local disk"
     )

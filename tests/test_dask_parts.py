@@ -19,6 +19,8 @@ from seqpack_cli.errors import ConfigError, InputError
 from seqpack_cli.prepare import PrepareConfig
 from seqpack_cli.prepare.cluster.group_sort import ids_by_length
 from seqpack_cli.prepare.cluster.groups import (
+    GroupHistogram,
+    HistogramTotal,
     check_ranges,
     footer_chunks,
     group_rows,
@@ -35,6 +37,7 @@ from seqpack_cli.prepare.cluster.merge import (
 from seqpack_cli.prepare.cluster.tuning import ClusterTuning
 from seqpack_cli.prepare.footers import InputFile
 from seqpack_cli.prepare.pools.layout import Layout
+from seqpack_cli.prepare.scan import HistogramPart
 
 sorted_runs = st.lists(
     st.lists(st.integers(-50, 50), max_size=40).map(sorted), min_size=1, max_size=6
@@ -107,10 +110,50 @@ def test_group_sizes_follow_the_threads_within_bounds() -> None:
     assert footer_chunks(5, 4, tuning) == [range(i, i + 1) for i in range(5)]
 
 
+def _histogram(rows) -> GroupHistogram:
+    return GroupHistogram.of_part(HistogramPart(list(rows)))
+
+
 def test_kept_counts_apply_the_over_cap_policy() -> None:
-    rows = [(3, 2), (10, 1), (12, 4), (None, 0)]
-    assert kept_counts(rows, 10, "drop").as_dict() == {3: 2, 10: 1}
-    assert kept_counts(rows, 10, "truncate").as_dict() == {3: 2, 10: 5}
+    rows = [(12, 4), (3, 2), (10, 1), (None, 0)]
+    assert kept_counts(_histogram(rows), 10, "drop").as_dict() == {3: 2, 10: 1}
+    assert kept_counts(_histogram(rows), 10, "truncate").as_dict() == {3: 2, 10: 5}
+    assert kept_counts(_histogram([(3, 2), (12, 4)]), 10, "truncate").as_dict() == {3: 2, 10: 4}
+    kept = kept_counts(_histogram(rows), 10, "drop")
+    assert kept.lengths.dtype == np.int32 and kept.counts.dtype == np.int32
+
+
+lengths_and_counts = st.dictionaries(
+    st.one_of(st.none(), st.integers(-3, 40), st.integers(2**20 - 2, 2**20 + 2)),
+    st.integers(1, 2**40),
+    max_size=8,
+)
+
+
+@settings(max_examples=80, deadline=None)
+@given(parts=st.lists(lengths_and_counts, min_size=1, max_size=6), data=st.data())
+def test_group_histograms_add_up_to_one_histogram_of_every_row(parts, data) -> None:
+    """`HistogramTotal` gives what adding every group's rows one by one gives, bad rows counted
+    and the first bad one (in the inputs' order) kept."""
+    total, expected = HistogramTotal(), Counter()
+    firsts = []
+    for i, rows in enumerate(parts):
+        bad = sum(count for length, count in rows.items() if length is None or length <= 0)
+        first = (i, data.draw(st.integers(0, 5)), None) if bad else None
+        part = GroupHistogram.of_part(HistogramPart(list(rows.items()), bad, first))
+        assert list(part.lengths) == sorted(part.lengths)
+        total.add(part)
+        expected.update({x: c for x, c in rows.items() if x is not None and x > 0})
+        firsts += [first] if first else []
+    summed = total.part()
+    good = {x: c for x, c in summed.rows if x is not None}
+    assert good == {x: c for x, c in expected.items() if c}
+    assert [x for x, _ in summed.rows if x is not None] == sorted(good)
+    assert summed.num_bad == sum(c for x, c in summed.rows if x is None)
+    assert summed.num_bad == sum(
+        c for rows in parts for x, c in rows.items() if x is None or x <= 0
+    )
+    assert summed.first_bad == (min(firsts) if firsts else None)
 
 
 @settings(max_examples=60, deadline=None)
@@ -123,7 +166,8 @@ def test_kept_counts_apply_the_over_cap_policy() -> None:
 def test_merge_units_cover_every_length_and_locate_each_group_stretch(matrix, unit_ids) -> None:
     lengths = [2, 3, 5, 8, 13]
     group_counts = [
-        kept_counts(zip(lengths, row, strict=True), max(lengths), "error") for row in matrix
+        kept_counts(_histogram(zip(lengths, row, strict=True)), max(lengths), "error")
+        for row in matrix
     ]
     units = merge_units(lengths, group_counts, unit_ids)
     assert [int(x) for unit in units for x in unit.lengths] == lengths

@@ -34,6 +34,8 @@ from seqpack_cli.prepare.cluster.client import Cluster, open_cluster, stop_tasks
 from seqpack_cli.prepare.cluster.groups import (
     FileGroup,
     GroupCounts,
+    GroupHistogram,
+    HistogramTotal,
     check_ranges,
     footer_chunks,
     group_rows,
@@ -59,7 +61,7 @@ from seqpack_cli.prepare.config import PrepareConfig
 from seqpack_cli.prepare.footers import InputFile, check_footers
 from seqpack_cli.prepare.pools.engine import PoolScan, null_ids_error
 from seqpack_cli.prepare.pools.id_checks import duplicate_ids_error
-from seqpack_cli.prepare.scan import HistogramPart, checked_histogram
+from seqpack_cli.prepare.scan import checked_histogram
 from seqpack_cli.prepared import PreparedWriter, pool_file_name
 from seqpack_cli.prepared.pool_creation import BackgroundPoolFiles
 from seqpack_cli.progress import ProgressCallback
@@ -162,9 +164,15 @@ class ClusterEngine:
         self._tasks_submitted += len(futures)
         return futures
 
-    def _gather(self, phase: str, futures: Sequence[Any], calls: Sequence[Call]) -> list[Any]:
-        """Each task's result, in order, reporting progress as they come; the first error ends
-        the phase."""
+    def _gather(
+        self,
+        phase: str,
+        futures: Sequence[Any],
+        calls: Sequence[Call],
+        keep: Callable[[Any], Any] | None = None,
+    ) -> list[Any]:
+        """Each task's result (or what `keep` makes of it, as it arrives), in order, reporting
+        progress as they come; the first error ends the phase."""
         from distributed import as_completed
 
         started = time.perf_counter()
@@ -176,20 +184,22 @@ class ClusterEngine:
         for future in as_completed(futures):
             i = position[future.key]
             try:
-                results[i] = future.result()
+                result = future.result()
             except BaseException as error:
                 raise task_error(error, f"task {future.key}") from None
+            future.release()
+            results[i] = result if keep is None else keep(result)
             done += calls[i][2]
             self._tasks_done += 1
             self._report(phase, done, total)
-        for future in futures:
-            future.release()
         self.seconds[phase] = self.seconds.get(phase, 0.0) + time.perf_counter() - started
         logger.info("%s: %d tasks in %.2fs", phase, len(futures), self.seconds[phase])
         return results
 
-    def _run(self, phase: str, calls: Sequence[Call]) -> list[Any]:
-        return self._gather(phase, self._submit(phase, calls), calls)
+    def _run(
+        self, phase: str, calls: Sequence[Call], keep: Callable[[Any], Any] | None = None
+    ) -> list[Any]:
+        return self._gather(phase, self._submit(phase, calls), calls, keep)
 
     def _report(self, phase: str, done: int, total: int) -> None:
         if self.progress is not None:
@@ -205,19 +215,22 @@ class ClusterEngine:
         return check_footers(footers, self.config.length_column, self.config.id_column)
 
     def histogram(self, files: Sequence[InputFile]) -> dict[int, int]:
-        total = sum(file.num_rows for file in files)
-        target = group_rows(total, self.cluster.num_threads, self.tuning)
+        num_rows = sum(file.num_rows for file in files)
+        target = group_rows(num_rows, self.cluster.num_threads, self.tuning)
         self._groups = plan_groups(files, target)
         settings = self._settings()
         column = self.config.length_column
         calls = [(group_histogram, (g, column, settings), g.num_rows) for g in self._groups]
-        parts: list[HistogramPart] = self._run("histogram", calls)
-        histogram = checked_histogram(files, column, parts)
+        total = HistogramTotal()
         config = self.config
-        self._counts = [
-            kept_counts(part.rows, config.max_seq_len, str(config.over_cap)) for part in parts
-        ]
-        return histogram
+
+        def keep(part: GroupHistogram) -> GroupCounts:
+            """Each group's histogram added up and kept compact as it arrives."""
+            total.add(part)
+            return kept_counts(part, config.max_seq_len, str(config.over_cap))
+
+        self._counts = self._run("histogram", calls, keep)
+        return checked_histogram(files, column, [total.part()])
 
     def _task_ids(self, total: int, most: int) -> int:
         share = math.ceil(total / max(1, self.tuning.tasks_per_thread * self.cluster.num_threads))

@@ -10,17 +10,20 @@ from __future__ import annotations
 
 import itertools
 import math
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
 
 from seqpack_cli.prepare.cluster.tuning import ClusterTuning
 from seqpack_cli.prepare.footers import InputFile
+from seqpack_cli.prepare.scan import HistogramPart
 
 __all__ = [
     "FileGroup",
     "GroupCounts",
+    "GroupHistogram",
+    "HistogramTotal",
     "MergeUnit",
     "check_ranges",
     "footer_chunks",
@@ -29,6 +32,8 @@ __all__ = [
     "merge_units",
     "plan_groups",
 ]
+
+_DENSE_LENGTHS = 1 << 20  # lengths below this are added up in an array, longer ones in a dict
 
 
 @dataclass(frozen=True)
@@ -77,39 +82,100 @@ def plan_groups(files: Sequence[InputFile], target_rows: int) -> list[FileGroup]
 
 
 @dataclass(frozen=True)
+class GroupHistogram:
+    """What a group's histogram task returns: `counts[i]` rows of `lengths[i]` (the positive
+    lengths, ascending), and the group's bad lengths (NULL or not positive): how many, and the
+    first (file index in the whole inputs' list, row, value). Arrays, not rows of Python
+    tuples: the driver receives one per group."""
+
+    lengths: np.ndarray
+    counts: np.ndarray
+    num_bad: int = 0
+    first_bad: tuple[int, int, int | None] | None = None
+
+    @classmethod
+    def of_part(cls, part: HistogramPart) -> GroupHistogram:
+        good = [(length, count) for length, count in part.rows if length is not None and length > 0]
+        lengths = np.array([length for length, _ in good], dtype=np.int64)
+        counts = np.array([count for _, count in good], dtype=np.int64)
+        order = np.argsort(lengths, kind="stable")
+        return cls(lengths[order], counts[order], part.num_bad, part.first_bad)
+
+
+class HistogramTotal:
+    """The groups' histograms added up as they arrive, in memory that follows the number of
+    distinct lengths, never the number of groups; `part()` gives the sum for
+    `scan.checked_histogram`, which words any problem as the local engine does."""
+
+    def __init__(self) -> None:
+        self.dense = np.zeros(0, dtype=np.int64)  # counts of lengths below _DENSE_LENGTHS
+        self.sparse: dict[int, int] = {}
+        self.num_bad = 0
+        self.first_bad: tuple[int, int, int | None] | None = None
+
+    def add(self, part: GroupHistogram) -> None:
+        short = part.lengths < _DENSE_LENGTHS
+        lengths = part.lengths[short]
+        if lengths.size and int(lengths[-1]) >= self.dense.size:
+            grown = np.zeros(int(lengths[-1]) + 1, dtype=np.int64)
+            grown[: self.dense.size] = self.dense
+            self.dense = grown
+        self.dense[lengths] += part.counts[short]  # a group's lengths are distinct
+        for length, count in zip(
+            part.lengths[~short].tolist(), part.counts[~short].tolist(), strict=True
+        ):
+            self.sparse[length] = self.sparse.get(length, 0) + count
+        self.num_bad += part.num_bad
+        firsts = [first for first in (self.first_bad, part.first_bad) if first is not None]
+        if firsts:  # the first in the inputs' order: (file index, row) decide
+            self.first_bad = min(firsts, key=lambda first: first[:2])
+
+    def part(self) -> HistogramPart:
+        lengths = np.flatnonzero(self.dense)
+        rows: list[tuple[int | None, int]] = list(
+            zip(lengths.tolist(), self.dense[lengths].tolist(), strict=True)
+        )
+        rows += sorted(self.sparse.items())
+        if self.num_bad:
+            rows.append((None, self.num_bad))
+        return HistogramPart(rows, self.num_bad, self.first_bad)
+
+
+@dataclass(frozen=True)
 class GroupCounts:
     """A group's histogram as the pools pass keeps it: `counts[i]` ids of `lengths[i]`
-    (ascending, every count > 0). Arrays: the driver holds one per group."""
+    (ascending, every count > 0). Compact arrays: the driver holds one per group."""
 
     lengths: np.ndarray
     counts: np.ndarray
 
     @property
     def num_ids(self) -> int:
-        return int(self.counts.sum())
+        return int(self.counts.sum(dtype=np.int64))
 
     def as_dict(self) -> dict[int, int]:
         return dict(zip(self.lengths.tolist(), self.counts.tolist(), strict=True))
 
 
-def kept_counts(
-    rows: Iterable[tuple[int | None, int]], max_seq_len: int, over_cap: str
-) -> GroupCounts:
-    """A group's histogram rows as the pools pass keeps them: lengths over `max_seq_len` left
-    out (`drop`) or counted at `max_seq_len` (`truncate`); `error` has refused them already."""
-    kept: dict[int, int] = {}
-    for length, count in rows:
-        if length is None or length <= 0 or not count:
-            continue
-        if length > max_seq_len:
-            if over_cap != "truncate":
-                continue
-            length = max_seq_len
-        kept[int(length)] = kept.get(int(length), 0) + int(count)
-    lengths = sorted(kept)
-    return GroupCounts(
-        np.array(lengths, dtype=np.int64), np.array([kept[x] for x in lengths], dtype=np.int64)
-    )
+def kept_counts(histogram: GroupHistogram, max_seq_len: int, over_cap: str) -> GroupCounts:
+    """A group's histogram as the pools pass keeps it: lengths over `max_seq_len` left out
+    (`drop`) or counted at `max_seq_len` (`truncate`); `error` has refused them already."""
+    lengths, counts = histogram.lengths, histogram.counts
+    over = lengths > max_seq_len
+    kept_lengths, kept = lengths[~over], counts[~over]
+    if over_cap == "truncate" and over.any():
+        at_cap = int(counts[over].sum())
+        if kept_lengths.size and kept_lengths[-1] == max_seq_len:
+            kept = kept.copy()
+            kept[-1] += at_cap
+        else:
+            kept_lengths = np.append(kept_lengths, max_seq_len)
+            kept = np.append(kept, at_cap)
+    nonzero = kept > 0
+    # int32 where they fit (lengths always do, counts unless a file holds 2**31 rows): the
+    # driver holds one of these per group, and at 1e10 rows there are thousands of groups.
+    count_type = np.int32 if kept.size == 0 or int(kept.max()) < 1 << 31 else np.int64
+    return GroupCounts(kept_lengths[nonzero].astype(np.int32), kept[nonzero].astype(count_type))
 
 
 @dataclass(frozen=True)
@@ -137,10 +203,13 @@ def merge_units(
     """The kept `lengths` (ascending) cut into units of about `unit_ids` ids (a larger pool is a
     unit of its own), with each group's counts and run offsets for them."""
     ordered = np.asarray(lengths, dtype=np.int64)
-    matrix = np.zeros((len(group_counts), len(lengths)), dtype=np.int64)
+    # A group's counts and offsets fit its counts' type (int32 unless a file holds 2**31 rows).
+    wide = any(counts.counts.dtype == np.int64 for counts in group_counts)
+    count_type = np.int64 if wide else np.int32
+    matrix = np.zeros((len(group_counts), len(lengths)), dtype=count_type)
     for g, counts in enumerate(group_counts):
         matrix[g, np.searchsorted(ordered, counts.lengths)] = counts.counts
-    starts = np.zeros((len(group_counts), len(lengths) + 1), dtype=np.int64)
+    starts = np.zeros((len(group_counts), len(lengths) + 1), dtype=count_type)
     np.cumsum(matrix, axis=1, out=starts[:, 1:])
     totals = matrix.sum(axis=0).tolist()
     units: list[MergeUnit] = []

@@ -20,11 +20,10 @@ from typing import Any
 
 from seqpack_cli import __version__
 from seqpack_cli.errors import ConfigError, InputError
-from seqpack_cli.prepare.cluster.groups import FileGroup
+from seqpack_cli.prepare.cluster.groups import FileGroup, GroupHistogram
 from seqpack_cli.prepare.config import engine_option
 from seqpack_cli.prepare.footers import Footer, read_footer
 from seqpack_cli.prepare.scan import (
-    HistogramPart,
     close_connection,
     connect,
     histogram_part,
@@ -138,15 +137,16 @@ def read_footers(paths: Sequence[Path]) -> list[Footer | InputError]:
     return footers
 
 
-def group_histogram(group: FileGroup, length_column: str, settings: TaskSettings) -> HistogramPart:
-    """The histogram query over one file group (`scan.histogram_part`), unchecked: the driver
-    adds the groups up and words any problem as the local engine does."""
+def group_histogram(group: FileGroup, length_column: str, settings: TaskSettings) -> GroupHistogram:
+    """The histogram query over one file group (`scan.histogram_part`), unchecked and compact:
+    the driver adds the groups up and words any problem as the local engine does."""
     check_visible(file.path for file in group.files)
     con = settings.connect()
     try:
-        return histogram_part(con, group.files, length_column, first_file=group.first_file)
+        part = histogram_part(con, group.files, length_column, first_file=group.first_file)
     finally:
         close_connection(con)
+    return GroupHistogram.of_part(part)
 
 
 def locate_id(
