@@ -108,12 +108,15 @@ def print_projection(costs: dict[str, Any], folder: Path, id_column: str | None)
     tuning = ClusterTuning()
     length_bytes = column_bytes_per_row(folder, ["num_tokens"])
     id_bytes = column_bytes_per_row(folder, [id_column]) if id_column else 0.0
-    run_bytes = 16.0 if id_column else 8.0  # the run by length, and by id
+    # Runs store uint32 offsets where a group's ids span less than 2**32 (row indexes always;
+    # an id column shuffled over 1e10 values never), int64 otherwise: the run by length, and
+    # the run by id.
+    run_bytes = 16.0 if id_column else 4.0
     bytes_read = {
         "histogram": length_bytes,
         "pools": length_bytes + id_bytes + run_bytes,
         "check ids": 8.0 if id_column else 0.0,
-        "write pools": 16.0,  # the runs read, the pools written
+        "write pools": run_bytes / 2 + 8.0 if id_column else 12.0,  # runs read, pools written
     }
     rows = 1e10
     groups = math.ceil(rows / tuning.max_group_rows)
@@ -124,7 +127,8 @@ def print_projection(costs: dict[str, Any], folder: Path, id_column: str | None)
         f"{groups:,} file groups of {tuning.max_group_rows:,} rows; each phase takes whole "
         f"waves of tasks at the measured compute per row plus {overhead * 1e3:.0f} ms per task, "
         f"or moves its bytes through the shared filesystem (parquet: {length_bytes:.2f} B/row "
-        f"for lengths, {id_bytes:.2f} B/row for ids; runs and pools 8 B/id each), whichever is "
+        f"for lengths, {id_bytes:.2f} B/row for ids; runs 8 B/id with an id column spread over "
+        f"1e10 values, 4 B/id for row indexes; pools 8 B/id), whichever is "
         f"longer; the driver's own work {driver:.1f} s, {driver_mib:.0f} MiB at its peak "
         f"(measured at {groups:,} groups of 8,192 lengths); an "
         f"existing cluster (no start-up); DuckDB reads from the page cache or a filesystem "

@@ -7,6 +7,7 @@ what one pass over all rows computes: these are checked against numpy on random 
 from __future__ import annotations
 
 import itertools
+import os
 from collections import Counter
 from pathlib import Path
 
@@ -30,9 +31,11 @@ from seqpack_cli.prepare.cluster.groups import (
 )
 from seqpack_cli.prepare.cluster.merge import (
     DuplicateCounter,
+    RunEncoding,
     Segment,
     concatenated_segments,
     merged_segments,
+    pwrite_encoded,
 )
 from seqpack_cli.prepare.cluster.tuning import ClusterTuning
 from seqpack_cli.prepare.footers import InputFile
@@ -44,26 +47,52 @@ sorted_runs = st.lists(
 )
 
 
-def _segments(tmp_path: Path, runs: list[list[int]]) -> list[Segment]:
-    """Each run in a file of its own after a few ids of padding (segments start inside files)."""
+def _segments(tmp_path: Path, runs: list[list[int]], narrow: int = 0) -> list[Segment]:
+    """Each run in a file of its own after a few ids of padding (segments start inside files);
+    the runs whose bit is set in `narrow` stored as uint32 offsets from -100."""
     segments = []
     for i, run in enumerate(runs):
         path = tmp_path / f"run-{i}.bin"
-        np.array([999] * i + run + [-999], dtype=np.int64).tofile(path)
-        segments.append(Segment(str(path), i, len(run)))
+        encoding = RunEncoding(-100, True) if narrow >> i & 1 else RunEncoding()
+        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_TRUNC, 0o644)
+        try:
+            pwrite_encoded(fd, np.array([999] * i + run + [-99], dtype=np.int64), 0, encoding)
+        finally:
+            os.close(fd)
+        segments.append(Segment(str(path), i, len(run), encoding))
     return segments
 
 
 @settings(max_examples=60, deadline=None)
-@given(runs=sorted_runs, block=st.integers(1, 9))
-def test_merged_segments_yield_the_sorted_union(tmp_path_factory, runs, block) -> None:
+@given(runs=sorted_runs, block=st.integers(1, 9), narrow=st.integers(0, 63))
+def test_merged_segments_yield_the_sorted_union(tmp_path_factory, runs, block, narrow) -> None:
     tmp_path = tmp_path_factory.mktemp("runs")
     # Blocks of a few ids: many cut-offs, runs read again and again.
-    chunks = list(merged_segments(_segments(tmp_path, runs), block, min_block=1))
+    chunks = list(merged_segments(_segments(tmp_path, runs, narrow), block, min_block=1))
     every = sorted(itertools.chain.from_iterable(runs))
     assert [int(x) for chunk in chunks for x in chunk] == every
-    joined = list(concatenated_segments(_segments(tmp_path, runs), block))
+    joined = list(concatenated_segments(_segments(tmp_path, runs, narrow), block))
     assert [int(x) for chunk in joined for x in chunk] == list(itertools.chain(*runs))
+
+
+@settings(max_examples=100, deadline=None)
+@given(
+    ids=st.lists(st.integers(-(2**40), 2**40), min_size=1, max_size=30).map(sorted),
+    probe=st.integers(-(2**41), 2**41),
+)
+def test_run_encodings_round_trip_and_search_like_int64(ids, probe) -> None:
+    """A run stored narrow (uint32 offsets) reads back as the int64 ids, and finds where an id
+    goes as searching the int64 ids does; ids outside the bounds are refused, never wrapped."""
+    values = np.array(ids, dtype=np.int64)
+    encoding = RunEncoding.for_bounds((ids[0], ids[-1]))
+    assert encoding.narrow == (ids[-1] - ids[0] < 2**32)
+    stored = encoding.encode(values)
+    assert stored.dtype == (np.dtype("<u4") if encoding.narrow else np.dtype("<i8"))
+    assert encoding.decode(stored).tolist() == ids
+    assert encoding.position(stored, probe) == int(np.searchsorted(values, probe, "left"))
+    if encoding.narrow:
+        with pytest.raises(InputError, match="changed"):
+            encoding.encode(np.array([ids[0] - 1, ids[-1] + 2**32]))
 
 
 @settings(max_examples=200, deadline=None)

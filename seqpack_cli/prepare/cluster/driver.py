@@ -43,6 +43,7 @@ from seqpack_cli.prepare.cluster.groups import (
     merge_units,
     plan_groups,
 )
+from seqpack_cli.prepare.cluster.merge import RunEncoding
 from seqpack_cli.prepare.cluster.merge_tasks import (
     DuplicatePart,
     MergeJob,
@@ -250,9 +251,12 @@ class ClusterEngine:
         self._wait_pool_files(writer)
         num_ids = sum(kept.values())
         units = merge_units(sorted(kept), counts, self._task_ids(num_ids, self.tuning.merge_ids))
+        encodings = tuple(
+            results[g.index].encoding if g.index in results else RunEncoding() for g in self._groups
+        )
         job = MergeJob(
             writer.tmp_path, runs_dir, config.id_column is None, self.tuning.merge_ids,
-            self.tuning.block_ids,
+            self.tuning.block_ids, encodings,
         )  # fmt: skip
         merge_calls = [(merge_pools, (job, unit), unit.num_ids) for unit in units]
         checks = self._submit_checks(results, runs_dir, num_ids)
@@ -323,7 +327,9 @@ class ClusterEngine:
             if result.samples is not None
         ]
         ranges = check_ranges(samples, num_ids, self._task_ids(num_ids, self.tuning.check_ids))
-        groups = [(group, result.num_ids) for group, result in sorted(results.items())]
+        groups = [
+            (group, result.num_ids, result.encoding) for group, result in sorted(results.items())
+        ]
         calls: list[Call] = [
             (check_range, (runs_dir, groups, low, high, self.tuning.block_ids), 1)
             for low, high in ranges

@@ -1,17 +1,18 @@
 """Merging ascending runs of ids from files, and counting the ids that occur more than once.
 
-What the merge and duplicate-check tasks are made of. The groups' runs are files of int64 ids,
-ascending within each `Segment`; `merged_segments` yields their union (every copy kept) in
-ascending chunks while holding one block per segment, so a task's memory is bounded whatever the
-sizes; `DuplicateCounter` counts, over such chunks, what `sql/duplicate_ids_all.sql` counts: the
-ids that occur more than once, the rows beyond the first of each, and the smallest such id.
+What the merge and duplicate-check tasks are made of. The groups' runs are files of ids,
+ascending within each `Segment`, each stored as its group's `RunEncoding` says;
+`merged_segments` yields their union (every copy kept) in ascending chunks while holding one
+block per segment, so a task's memory is bounded whatever the sizes; `DuplicateCounter` counts,
+over such chunks, what `sql/duplicate_ids_all.sql` counts: the ids that occur more than once,
+the rows beyond the first of each, and the smallest such id.
 """
 
 from __future__ import annotations
 
 import os
 from collections.abc import Iterable, Iterator, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -20,36 +21,111 @@ from seqpack_cli.prepare.pools.layout import changed_error
 __all__ = [
     "MIN_BLOCK",
     "DuplicateCounter",
+    "RunEncoding",
     "Segment",
     "concatenated_segments",
     "merged_segments",
     "pwrite_all",
+    "pwrite_encoded",
     "read_block",
 ]
 
 MIN_BLOCK = 1 << 12
 
 
+_NARROW_SPAN = 1 << 32
+_ENCODE_CHUNK = 1 << 20  # ids encoded at a time when writing
+
+
+@dataclass(frozen=True)
+class RunEncoding:
+    """How a group's runs store its ids: `id - base` as uint32 (`narrow`) where the group's ids
+    span less than 2**32 (row indexes, dense ids: half the bytes written, read back, and sent
+    through the shared filesystem), plain int64 otherwise. Decided from the footers' bounds, so
+    a task run again writes the same bytes."""
+
+    base: int = 0
+    narrow: bool = False
+
+    @classmethod
+    def for_bounds(cls, bounds: tuple[int, int] | None) -> RunEncoding:
+        if bounds is None or bounds[1] - bounds[0] >= _NARROW_SPAN:
+            return cls()
+        return cls(bounds[0], True)
+
+    @property
+    def dtype(self) -> np.dtype:
+        return np.dtype("<u4") if self.narrow else np.dtype("<i8")
+
+    @property
+    def itemsize(self) -> int:
+        return self.dtype.itemsize
+
+    def encode(self, ids: np.ndarray) -> np.ndarray:
+        """int64 ids as stored; the changed-inputs error for an id outside the bounds the
+        encoding was made for."""
+        if not self.narrow:
+            return np.ascontiguousarray(ids, dtype="<i8")
+        offsets = ids - self.base
+        if offsets.size and (int(offsets.min()) < 0 or int(offsets.max()) >= _NARROW_SPAN):
+            raise changed_error()  # outside the footers' bounds: the inputs changed
+        return offsets.astype("<u4")
+
+    def decode(self, stored: np.ndarray) -> np.ndarray:
+        """Stored values as int64 ids."""
+        ids = np.asarray(stored).astype(np.int64)
+        if self.narrow and self.base:
+            ids += self.base
+        return ids
+
+    def position(self, stored: np.ndarray, value: int) -> int:
+        """Where `value` would go among ascending `stored` values (the first at or above it)."""
+        if self.narrow:
+            value -= self.base
+            if value <= 0:
+                return 0
+            if value >= _NARROW_SPAN:
+                return int(stored.shape[0])
+        return int(np.searchsorted(stored, value, "left"))
+
+
 @dataclass(frozen=True)
 class Segment:
-    """`count` ascending int64 ids of the file `path`, from id position `start`."""
+    """`count` ascending ids of the file `path`, from id position `start`, stored as
+    `encoding` says."""
 
     path: str
     start: int
     count: int
+    encoding: RunEncoding = field(default_factory=RunEncoding)
 
 
-def read_block(fd: int, start: int, count: int) -> np.ndarray:
-    """`count` int64 ids of an open file from id position `start`."""
-    ids = np.empty(count, dtype=np.int64)
-    view = ids.data.cast("B")
+def read_block(
+    fd: int, start: int, count: int, encoding: RunEncoding = RunEncoding()
+) -> np.ndarray:
+    """`count` ids (int64) of an open run from id position `start`."""
+    stored = np.empty(count, dtype=encoding.dtype)
+    view = stored.data.cast("B")
     done = 0
     while done < len(view):
-        read = os.preadv(fd, [view[done:]], 8 * start + done)
+        read = os.preadv(fd, [view[done:]], encoding.itemsize * start + done)
         if not read:
             raise changed_error()  # a run shorter than its group said: rewritten meanwhile
         done += read
-    return ids
+    return stored if not encoding.narrow else encoding.decode(stored)
+
+
+def pwrite_encoded(fd: int, ids: np.ndarray, start: int, encoding: RunEncoding) -> None:
+    """Write int64 `ids` as `encoding` stores them, at id position `start` of an open run
+    (encoded a chunk at a time: no second copy of a large array)."""
+    if not encoding.narrow:
+        pwrite_all(fd, ids, start)
+        return
+    for at in range(0, ids.size, _ENCODE_CHUNK):
+        view = encoding.encode(ids[at : at + _ENCODE_CHUNK]).data.cast("B")
+        done, offset = 0, 4 * (start + at)
+        while done < len(view):
+            done += os.pwritev(fd, [view[done:]], offset + done)
 
 
 def pwrite_all(fd: int, data: np.ndarray, start: int) -> None:
@@ -79,7 +155,7 @@ class _Reader:
         if fd is None:
             fd = self.fds[segment.path] = os.open(segment.path, os.O_RDONLY)
         take = min(self.block, segment.start + segment.count - self.next[i])
-        ids = read_block(fd, self.next[i], take)
+        ids = read_block(fd, self.next[i], take, segment.encoding)
         self.next[i] += take
         return ids
 

@@ -25,6 +25,7 @@ import numpy as np
 from seqpack_cli.prepare.cluster.groups import MergeUnit
 from seqpack_cli.prepare.cluster.merge import (
     DuplicateCounter,
+    RunEncoding,
     Segment,
     concatenated_segments,
     merged_segments,
@@ -48,6 +49,8 @@ class MergeJob:
     """Ids are row indexes: each group's ids follow the previous group's."""
     merge_ids: int
     block_ids: int
+    encodings: tuple[RunEncoding, ...]
+    """How each group's runs store its ids (by group index)."""
 
 
 @dataclass(frozen=True)
@@ -95,19 +98,22 @@ def _from_buffers(job: MergeJob, unit: MergeUnit) -> list[WrittenPool]:
     """A unit that fits `merge_ids`: each group's stretch read once, each pool put together."""
     # Mapped, not read: the runs' pages are in the page cache already, and a mapping of them
     # costs less than fresh memory to read them into (a page fault per 4 KiB on first write).
+    encodings = [job.encodings[group] for group in unit.groups.tolist()]
     buffers = [
         np.memmap(
-            run_paths(job.runs_dir, group)[0], dtype=np.int64, mode="r",
-            offset=8 * int(start), shape=(int(counts.sum()),),
+            run_paths(job.runs_dir, group)[0], dtype=encoding.dtype, mode="r",
+            offset=encoding.itemsize * int(start), shape=(int(counts.sum()),),
         )
-        for group, start, counts in zip(unit.groups.tolist(), unit.starts, unit.counts, strict=True)
+        for group, start, counts, encoding in zip(
+            unit.groups.tolist(), unit.starts, unit.counts, encodings, strict=True
+        )
     ]  # fmt: skip
     offsets = np.zeros((len(buffers), len(unit.lengths) + 1), dtype=np.int64)
     np.cumsum(unit.counts, axis=1, out=offsets[:, 1:])
     written = []
     for j, length in enumerate(unit.lengths.tolist()):
         parts = [
-            buffer[offsets[i, j] : offsets[i, j + 1]]
+            encodings[i].decode(buffer[offsets[i, j] : offsets[i, j + 1]])
             for i, buffer in enumerate(buffers)
             if offsets[i, j + 1] > offsets[i, j]
         ]
@@ -125,7 +131,9 @@ def merge_pools(job: MergeJob, unit: MergeUnit) -> list[WrittenPool]:
         return _from_buffers(job, unit)
     (length,) = unit.lengths.tolist()  # only one length is ever over merge_ids
     segments = [
-        Segment(str(run_paths(job.runs_dir, group)[0]), int(start), int(counts[0]))
+        Segment(
+            str(run_paths(job.runs_dir, group)[0]), int(start), int(counts[0]), job.encodings[group]
+        )
         for group, start, counts in zip(unit.groups.tolist(), unit.starts, unit.counts, strict=True)
     ]
     join = concatenated_segments if job.row_ids else merged_segments
@@ -145,29 +153,29 @@ class DuplicatePart:
 
 def check_range(
     runs_dir: Path,
-    groups: Sequence[tuple[int, int]],
+    groups: Sequence[tuple[int, int, RunEncoding]],
     low: int | None,
     high: int | None,
     block_ids: int,
 ) -> DuplicatePart:
     """Count the ids in [low, high) (None: unbounded) repeated over the groups' runs by id;
-    `groups` are (group, number of ids) pairs."""
+    `groups` are (group, number of ids, how its runs store them) triples."""
     check_visible((), [runs_dir])
     segments, runs = [], []
-    for group, num_ids in groups:
+    for group, num_ids, encoding in groups:
         path = run_paths(runs_dir, group)[1]
-        ids = np.memmap(path, dtype=np.int64, mode="r", shape=(num_ids,))
-        start = 0 if low is None else int(np.searchsorted(ids, low, "left"))
-        stop = num_ids if high is None else int(np.searchsorted(ids, high, "left"))
-        segments.append(Segment(str(path), start, stop - start))
-        runs.append((group, ids, start, stop))
+        ids = np.memmap(path, dtype=encoding.dtype, mode="r", shape=(num_ids,))
+        start = 0 if low is None else encoding.position(ids, low)
+        stop = num_ids if high is None else encoding.position(ids, high)
+        segments.append(Segment(str(path), start, stop - start, encoding))
+        runs.append((group, ids, encoding, start, stop))
     counter = DuplicateCounter()
     for chunk in merged_segments(segments, block_ids):
         counter.add(chunk)
     holders: list[int] = []
     if counter.example is not None:
-        for group, ids, start, stop in runs:
-            at = start + int(np.searchsorted(ids[start:stop], counter.example, "left"))
-            if at < stop and ids[at] == counter.example:
+        for group, ids, encoding, start, stop in runs:
+            at = start + encoding.position(ids[start:stop], counter.example)
+            if at < stop and int(encoding.decode(ids[at : at + 1])[0]) == counter.example:
                 holders.append(group)
     return DuplicatePart(counter.num_ids, counter.num_extra, counter.example, tuple(holders))

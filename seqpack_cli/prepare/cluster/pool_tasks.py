@@ -25,7 +25,7 @@ from __future__ import annotations
 import os
 import uuid
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -34,7 +34,7 @@ import numpy as np
 
 from seqpack_cli.prepare.cluster.group_sort import ids_by_length
 from seqpack_cli.prepare.cluster.groups import FileGroup, GroupCounts
-from seqpack_cli.prepare.cluster.merge import pwrite_all
+from seqpack_cli.prepare.cluster.merge import RunEncoding, pwrite_encoded
 from seqpack_cli.prepare.cluster.tasks import TaskSettings, check_visible
 from seqpack_cli.prepare.pools import id_map
 from seqpack_cli.prepare.pools.engine import (
@@ -55,7 +55,6 @@ from seqpack_cli.prepare.scan import (
     read_error,
     read_params,
 )
-from seqpack_cli.prepared.pool_files import write_all
 
 __all__ = ["GroupPools", "PoolsJob", "group_pools", "run_paths"]
 
@@ -89,6 +88,8 @@ class GroupPools:
     """(file index in the inputs' list, row, count) of the group's NULL ids, if any."""
     repeats: bool = True
     """Whether an id occurs twice in the group (False: checked, none does)."""
+    encoding: RunEncoding = field(default_factory=RunEncoding)
+    """How the group's runs store its ids."""
 
 
 def run_paths(runs_dir: Path, group: int) -> tuple[Path, Path]:
@@ -120,11 +121,12 @@ class _LengthRun(_RunFile):
     """The pools back to back (`Layout` order); `append` places the next ascending ids of one
     pool, from any thread (one pool's appends in order)."""
 
-    def __init__(self, path: Path, layout: Layout, first_id: int) -> None:
+    def __init__(self, path: Path, layout: Layout, encoding: RunEncoding, first_id: int) -> None:
         super().__init__(path)
         self.position = {int(length): i for i, length in enumerate(layout.lengths.tolist())}
         self.next = layout.starts[:-1].copy()
         self.ends = layout.starts[1:]
+        self.encoding = encoding
         self.first_id = first_id
 
     def append(self, length: int, ids: np.ndarray) -> None:
@@ -132,12 +134,12 @@ class _LengthRun(_RunFile):
         at = int(self.next[i])
         if at + ids.size > self.ends[i]:
             raise changed_error()
-        pwrite_all(self.fd, ids + self.first_id if self.first_id else ids, at)
+        pwrite_encoded(self.fd, ids + self.first_id if self.first_id else ids, at, self.encoding)
         self.next[i] = at + ids.size
 
     def write_whole(self, ids: np.ndarray) -> None:
         """Every pool at once (`ids` in the layout's order)."""
-        pwrite_all(self.fd, ids + self.first_id if self.first_id else ids, 0)
+        pwrite_encoded(self.fd, ids + self.first_id if self.first_id else ids, 0, self.encoding)
         self.next = self.ends.copy()
 
     def commit(self) -> None:
@@ -146,9 +148,11 @@ class _LengthRun(_RunFile):
         super().commit()
 
 
-def _write_sequential(run: _RunFile, chunks: Iterator[np.ndarray]) -> None:
+def _write_sequential(run: _RunFile, chunks: Iterator[np.ndarray], encoding: RunEncoding) -> None:
+    at = 0
     for chunk in chunks:
-        write_all(run.fd, [np.ascontiguousarray(chunk, dtype=np.int64)])
+        pwrite_encoded(run.fd, chunk, at, encoding)
+        at += chunk.size
 
 
 class _Group:
@@ -172,15 +176,18 @@ class _Group:
             np.cumsum([file.num_rows for file in group.files[:-1]], out=offsets[1:])
             self.to_ids = lambda columns: offsets[columns[1]] + columns[2]
             self.bounds: tuple[int, int] | None = (0, max(group.num_rows - 1, 0))
+            first = group.first_row
+            self.encoding = RunEncoding.for_bounds((first, first + max(group.num_rows - 1, 0)))
         else:
             self.to_ids = lambda columns: columns[1]
             self.bounds = footer_id_bounds(group.files, job.id_column)
+            self.encoding = RunEncoding.for_bounds(self.bounds)
         self.by_length, self.by_id = run_paths(job.runs_dir, group.index)
 
     def in_memory(self) -> None:
         """A group of at most `memory_ids` ids: ordered in memory (`group_sort`)."""
         first_id = self.group.first_row if self.job.id_column is None else 0
-        run = _LengthRun(self.by_length, self.layout, first_id)
+        run = _LengthRun(self.by_length, self.layout, self.encoding, first_id)
         try:
             batches = stream_batches(self.con, self.sql, self.params, self.job.tuning.batch_rows)
             try:
@@ -214,7 +221,7 @@ class _Group:
         finally:
             batches.close()
         first_id = self.group.first_row if self.job.id_column is None else 0
-        run = _LengthRun(self.by_length, self.layout, first_id)
+        run = _LengthRun(self.by_length, self.layout, self.encoding, first_id)
         try:
             written = ids.write_pools(run.append, workers=self.threads, progress=None)
             if written != self.layout.num_ids:
@@ -238,7 +245,7 @@ class _Group:
         layout = self.layout
         flat = self.job.runs_dir / f"{self.group.index}.{uuid.uuid4().hex[:12]}.work"
         first_id = self.group.first_row if self.job.id_column is None else 0
-        run = _LengthRun(self.by_length, layout, first_id)
+        run = _LengthRun(self.by_length, layout, self.encoding, first_id)
         try:
             reserve_work_file(flat, 8 * layout.num_ids)
             batches = stream_batches(self.con, self.sql, self.params, self.job.tuning.batch_rows)
@@ -267,7 +274,7 @@ class _Group:
         if by_id is not None:
             ids_run = _RunFile(self.by_id)
             try:
-                _write_sequential(ids_run, by_id)
+                _write_sequential(ids_run, by_id, self.encoding)
             except BaseException:
                 ids_run.discard()
                 raise
@@ -279,14 +286,16 @@ class _Group:
     def result(self) -> GroupPools:
         num_ids = self.layout.num_ids
         if self.job.id_column is None:
-            return GroupPools(num_ids)
-        ids = np.memmap(self.by_id, dtype=np.int64, mode="r", shape=(num_ids,))
+            return GroupPools(num_ids, encoding=self.encoding)
+        encoding = self.encoding
+        ids = np.memmap(self.by_id, dtype=encoding.dtype, mode="r", shape=(num_ids,))
         positions = np.linspace(0, num_ids - 1, min(self.job.samples, num_ids)).astype(np.int64)
-        samples = np.array(ids[positions])
+        samples = encoding.decode(ids[positions])
         chunk = self.job.tuning.map_chunk_ids  # each pair (i, i + 1) compared once
         ends = [(start, min(start + chunk, num_ids - 1)) for start in range(0, num_ids - 1, chunk)]
         repeats = any(bool(np.any(ids[a + 1 : b + 1] == ids[a:b])) for a, b in ends)
-        return GroupPools(num_ids, int(ids[0]), int(ids[-1]), samples, repeats=repeats)
+        first, last = (int(x) for x in encoding.decode(ids[[0, -1]]))
+        return GroupPools(num_ids, first, last, samples, repeats=repeats, encoding=encoding)
 
 
 def group_pools(job: PoolsJob, group: FileGroup, counts: GroupCounts) -> GroupPools:
