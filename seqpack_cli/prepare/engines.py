@@ -40,8 +40,9 @@ class Engine(Protocol):
         """The inputs' footers, checked (`scan.InputFile` each, in the inputs' order)."""
         ...
 
-    def histogram(self, files: Sequence[Any]) -> dict[int, int]:
-        """The length histogram over every row, checked (`scan.length_histogram`)."""
+    def histogram(self, files: Sequence[Any], writer: PreparedWriter) -> dict[int, int]:
+        """The length histogram over every row, checked (`scan.length_histogram`); the engine
+        may start the pools pass meanwhile, in `writer`'s work directory."""
         ...
 
     def pools(self, files: Sequence[Any], kept: Mapping[int, int], writer: PreparedWriter) -> Any:
@@ -96,7 +97,7 @@ class LocalEngine:
             )
         return self._con
 
-    def histogram(self, files: Sequence[Any]) -> dict[int, int]:
+    def histogram(self, files: Sequence[Any], writer: PreparedWriter) -> dict[int, int]:
         from seqpack_cli.prepare.scan import length_histogram
 
         con = self._connection()

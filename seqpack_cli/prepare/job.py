@@ -283,7 +283,7 @@ def _two_passes(
 ) -> tuple[dict[int, int], dict[str, int], Counter[tuple[int, ...]], Any, Any]:
     """The engine's histogram pass, the packing, and the engine's pools pass: (kept lengths,
     over-cap counts, templates, stats, what the pools pass saw)."""
-    histogram = engine.histogram(files)
+    histogram = engine.histogram(files, writer)
     logger.info(
         "histogram: %d distinct lengths (%.2fs)", len(histogram), time.perf_counter() - started
     )

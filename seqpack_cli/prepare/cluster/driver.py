@@ -104,6 +104,8 @@ class ClusterEngine:
         self._futures: list[Any] = []
         self._groups: list[FileGroup] = []
         self._counts: list[GroupCounts] = []
+        self._pools_tasks: dict[int, tuple[Any, Call]] = {}
+        """Each group's pools task (its future and call), submitted as its histogram came."""
         self._pool_files: BackgroundPoolFiles | None = None
         self._tasks_done = 0
         self._tasks_submitted = 0
@@ -155,10 +157,11 @@ class ClusterEngine:
         """The start of the Dask keys of this run's tasks of `phase` (`seqpack-RUN-PHASE-`)."""
         return f"seqpack-{self.run_id}-{phase.replace(' ', '_')}"
 
-    def _submit(self, phase: str, calls: Sequence[Call]) -> list[Any]:
+    def _submit(self, phase: str, calls: Sequence[Call], first: int = 0) -> list[Any]:
+        """The calls submitted as tasks keyed `{prefix}-{first + i}`."""
         client = self.cluster.client
         futures = [
-            client.submit(function, *args, key=f"{self._prefix(phase)}-{i}", pure=False)
+            client.submit(function, *args, key=f"{self._prefix(phase)}-{first + i}", pure=False)
             for i, (function, args, _) in enumerate(calls)
         ]
         self._futures.extend(futures)
@@ -170,10 +173,10 @@ class ClusterEngine:
         phase: str,
         futures: Sequence[Any],
         calls: Sequence[Call],
-        keep: Callable[[Any], Any] | None = None,
+        keep: Callable[[int, Any], Any] | None = None,
     ) -> list[Any]:
-        """Each task's result (or what `keep` makes of it, as it arrives), in order, reporting
-        progress as they come; the first error ends the phase."""
+        """Each task's result (or what `keep(i, result)` makes of it, as it arrives), in order,
+        reporting progress as they come; the first error ends the phase."""
         from distributed import as_completed
 
         started = time.perf_counter()
@@ -189,7 +192,7 @@ class ClusterEngine:
             except BaseException as error:
                 raise task_error(error, f"task {future.key}") from None
             future.release()
-            results[i] = result if keep is None else keep(result)
+            results[i] = result if keep is None else keep(i, result)
             done += calls[i][2]
             self._tasks_done += 1
             self._report(phase, done, total)
@@ -198,7 +201,7 @@ class ClusterEngine:
         return results
 
     def _run(
-        self, phase: str, calls: Sequence[Call], keep: Callable[[Any], Any] | None = None
+        self, phase: str, calls: Sequence[Call], keep: Callable[[int, Any], Any] | None = None
     ) -> list[Any]:
         return self._gather(phase, self._submit(phase, calls), calls, keep)
 
@@ -215,20 +218,32 @@ class ClusterEngine:
         footers = itertools.chain.from_iterable(self._run("footers", calls))
         return check_footers(footers, self.config.length_column, self.config.id_column)
 
-    def histogram(self, files: Sequence[InputFile]) -> dict[int, int]:
+    def histogram(self, files: Sequence[InputFile], writer: PreparedWriter) -> dict[int, int]:
+        """The histogram tasks; as each group's histogram arrives, the group's pools task is
+        submitted (it needs only that group's counts), so the workers go on with the pools while
+        the driver adds the histograms up, checks them and packs the templates."""
         num_rows = sum(file.num_rows for file in files)
         target = group_rows(num_rows, self.cluster.num_threads, self.tuning)
         self._groups = plan_groups(files, target)
         settings = self._settings()
         column = self.config.length_column
         calls = [(group_histogram, (g, column, settings), g.num_rows) for g in self._groups]
+        runs_dir = writer.work_dir / "runs"
+        runs_dir.mkdir()
+        job = self._pools_job(runs_dir)
         total = HistogramTotal()
         config = self.config
 
-        def keep(part: GroupHistogram) -> GroupCounts:
-            """Each group's histogram added up and kept compact as it arrives."""
+        def keep(i: int, part: GroupHistogram) -> GroupCounts:
+            """Each group's histogram added up and kept compact as it arrives; its pools task
+            submitted if it keeps any row (an error found later cancels it)."""
             total.add(part)
-            return kept_counts(part, config.max_seq_len, str(config.over_cap))
+            counts = kept_counts(part, config.max_seq_len, str(config.over_cap))
+            group = self._groups[i]
+            if counts.num_ids:
+                call: Call = (group_pools, (job, group, counts), group.num_rows)
+                self._pools_tasks[i] = (self._submit("pools", [call], first=i)[0], call)
+            return counts
 
         self._counts = self._run("histogram", calls, keep)
         return checked_histogram(files, column, [total.part()])
@@ -243,11 +258,10 @@ class ClusterEngine:
         config = self.config
         counts = self._counts
         runs_dir = writer.work_dir / "runs"
-        runs_dir.mkdir()
         # Every pool file with its header, created here while the groups' tasks run.
         self._pool_files = BackgroundPoolFiles(writer.tmp_path, kept)
         self._pool_files.start()
-        results = self._group_pools(files, counts, runs_dir)
+        results = self._group_pools(files)
         self._wait_pool_files(writer)
         num_ids = sum(kept.values())
         units = merge_units(sorted(kept), counts, self._task_ids(num_ids, self.tuning.merge_ids))
@@ -292,19 +306,23 @@ class ClusterEngine:
             self._pool_files.stop()
             self._pool_files.pools.abort()
 
-    def _group_pools(
-        self, files: Sequence[InputFile], counts: Sequence[GroupCounts], runs_dir: Path
-    ) -> dict[int, GroupPools]:
-        """Every group's runs written (groups that keep no row have none); NULL ids refused."""
+    def _pools_job(self, runs_dir: Path) -> PoolsJob:
         config = self.config
-        job = PoolsJob(
+        return PoolsJob(
             config.length_column, config.id_column, config.max_seq_len,
             config.over_cap == "truncate", runs_dir, config.tuning, self._settings(),
             self.tuning.samples, self.tuning.map_span_ratio, self.tuning.memory_ids,
         )  # fmt: skip
-        holding = [group for group in self._groups if counts[group.index].num_ids]
-        calls = [(group_pools, (job, g, counts[g.index]), g.num_rows) for g in holding]
-        results = dict(zip((g.index for g in holding), self._run("pools", calls), strict=True))
+
+    def _group_pools(self, files: Sequence[InputFile]) -> dict[int, GroupPools]:
+        """Every group's runs written (the tasks `histogram` submitted; groups that keep no row
+        have none); NULL ids refused."""
+        config = self.config
+        holding = sorted(self._pools_tasks)
+        futures = [self._pools_tasks[g][0] for g in holding]
+        calls = [self._pools_tasks[g][1] for g in holding]
+        self._pools_tasks = {}
+        results = dict(zip(holding, self._gather("pools", futures, calls), strict=True))
         nulls = [result.nulls for result in results.values() if result.nulls is not None]
         if nulls:
             assert config.id_column is not None
