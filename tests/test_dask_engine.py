@@ -329,8 +329,8 @@ def test_workers_start_a_local_cluster_and_json_names_the_engine(tmp_path: Path)
     [
         (["--scheduler", "tcp://h:1"], "error: --scheduler is set, which only --engine dask uses"),
         (["--engine", "dask"], "error: --engine dask needs one of --scheduler"),
-        (["--engine", "dask", "--workers", "1", "--tokens-column", "t"],
-         "error: --tokens-column is not yet supported with --engine dask; use --engine local"),
+        (["--engine", "dask", "--workers", "1", "--tokens-column", "t", "--over-cap", "split"],
+         "error: --over-cap split is not yet supported with --engine dask; use --engine local"),
     ],
 )  # fmt: skip
 def test_bad_engine_options_on_the_command_line(tmp_path: Path, args, message) -> None:

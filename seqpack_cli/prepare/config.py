@@ -209,10 +209,11 @@ class PrepareConfig:
                 f"{option('scheduler')} is {self.scheduler!r}; expected a Dask scheduler address "
                 "such as tcp://HOST:8786"
             )
-        if self.tokens_column is not None:
+        if self.over_cap == "split":
             raise ConfigError(
-                f"{option('tokens_column')} is not yet supported with {engine_option('dask')}; "
-                f"use {engine_option('local')} to write a token store"
+                f"{over_cap_option('split')} is not yet supported with {engine_option('dask')}; "
+                f"use {engine_option('local')} to split sequences, or "
+                f"{over_cap_option('truncate')} or {over_cap_option('drop')}"
             )
         if importlib.util.find_spec("distributed") is None:
             raise ConfigError(

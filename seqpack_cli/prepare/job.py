@@ -6,7 +6,8 @@ write everything atomically. Then `load_prepared` opens it at training time.
 
 With a token store (`tokens_column`) the token column is read once instead (`one_pass`): the
 store, the histogram and the pools all come from that read; the two passes above run only to
-word a fault it found (they are the reference: the same bytes, the same messages).
+word a fault it found (they are the reference: the same bytes, the same messages). The Dask
+engine runs the two passes, then its tasks write the same store (`cluster.store_driver`).
 """
 
 from __future__ import annotations
@@ -218,15 +219,22 @@ def _check_outside(output: Path, inputs: Sequence[str | os.PathLike[str]]) -> No
 
 
 def _write_store(
-    writer: PreparedWriter, paths: Sequence[Path], config: PrepareConfig, kept: Mapping[int, int]
+    writer: PreparedWriter,
+    paths: Sequence[Path],
+    config: PrepareConfig,
+    kept: Mapping[int, int],
+    engine: Any,
 ) -> dict[str, Any]:
     """With `tokens_column`: the token store written into the temporary directory, recorded in
-    the files table and checked against the pools (`token_store`); its manifest section."""
+    the files table and checked against the pools (`token_store`, or the Dask engine's tasks);
+    its manifest section."""
     if config.tokens_column is None:
         return {}
     from seqpack_cli.prepare.token_store import write_token_store
 
     writer.finish_pools()
+    if config.engine != "local":
+        return dict(engine.write_store(writer, paths))
     columns = {
         role: column
         for role, column in (
@@ -334,7 +342,7 @@ def prepare_dataset(config: PrepareConfig, *, progress: ProgressCallback | None 
             )
         logger.info("%d input files, %d rows", len(files), sum(file.num_rows for file in files))
         one_pass = None
-        if config.tokens_column is not None:  # the token column read once for everything
+        if config.tokens_column is not None and config.engine == "local":  # read once for all
             one_pass = read_in_one_pass(writer, paths, config, progress=progress)
         if isinstance(one_pass, OnePass):
             kept, over_cap = _apply_over_cap(one_pass.histogram, config)
@@ -346,7 +354,7 @@ def prepare_dataset(config: PrepareConfig, *, progress: ProgressCallback | None 
             kept, over_cap, templates, stats, scanned = _two_passes(
                 writer, engine, files, checked, started
             )
-            store = _write_store(writer, paths, checked, kept)
+            store = _write_store(writer, paths, checked, kept, engine)
             if split:  # they found nothing wrong: what the one pass found stands
                 error = one_pass.error if isinstance(one_pass, Fallback) else None
                 raise error if isinstance(error, InputError) else changed_error()

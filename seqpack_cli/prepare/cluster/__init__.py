@@ -12,7 +12,10 @@ path; the driver reads only the small results of the tasks, never a row.
 - `pool_tasks`: a file group's ids ordered into runs; `merge`: merging runs, counting repeats;
   `merge_tasks`: the pool files merged from the runs, and the duplicate-id checks;
 - `client`: connecting to a scheduler or starting a local cluster, and Dask's errors worded;
-- `driver`: `ClusterEngine`, the phases submitted, gathered and checked as the local job does.
+- `driver`: `ClusterEngine`, the phases submitted, gathered and checked as the local job does;
+- the token store (`--tokens-column`): `store_footers` (footers, dtypes), `store_tasks` (a file
+  group streamed into place), `store_index` (the id index, the hashes), `store_faults` (faults
+  worded by the local store's code), `store_driver` (the phases).
 
 Nothing here is imported by `import seqpack_cli`, and Dask only once the engine starts.
 """

@@ -380,6 +380,16 @@ class ClusterEngine:
             where,
         )
 
+    def write_store(self, writer: PreparedWriter, paths: Sequence[Path]) -> dict[str, Any]:
+        """The token store (`--tokens-column`) written by tasks into `writer`'s temporary
+        directory and recorded (`store_driver`); the manifest's `token_store` section."""
+        from seqpack_cli.prepare.cluster.store_driver import StoreHooks, write_cluster_store
+
+        hooks = StoreHooks(
+            self._run, self._groups, self.cluster.num_threads, self._settings(), self._task_ids
+        )
+        return write_cluster_store(hooks, self.config, writer, paths)
+
     def describe(self) -> dict[str, Any]:
         cluster = self.cluster
         return {

@@ -1,0 +1,109 @@
+"""The footers of the token store's inputs: read by tasks, checked and turned into dtypes here.
+
+`inspect_store_inputs` (a task over consecutive inputs) reads each input's footer for every
+role's column, as `token_reading.inspect_token_inputs` does, and where a column has no statistics
+its value range from a pass over it (what `choose_dtype` would read); `store_inputs` (the
+driver) gathers them in the inputs' order, raises the token column's first fault, and keeps the
+other role's for later (the local store reports it only after streaming the tokens);
+`store_dtype` picks each role's dtype as the local store does.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pyarrow.compute as pc
+
+from seqpack_cli.errors import InputError
+from seqpack_cli.prepare.cluster.groups import footer_chunks
+from seqpack_cli.prepare.cluster.store_tasks import read_batches
+from seqpack_cli.prepare.cluster.tasks import check_visible
+from seqpack_cli.prepare.config import PrepareConfig
+from seqpack_cli.prepare.token_reading import (
+    TokenInput,
+    ValueRule,
+    choose_dtype,
+    choose_signed_dtype,
+)
+from seqpack_cli.prepare.token_reading import _inspect as inspect_one_input
+from seqpack_cli.prepare.token_store import STORE_RULES
+
+__all__ = ["inspect_store_inputs", "store_dtype", "store_inputs"]
+
+
+def inspect_store_inputs(
+    paths: Sequence[Path], columns: Mapping[str, str], id_column: str | None
+) -> list[dict[str, TokenInput | InputError]]:
+    """Each input's footer for each role's column ({role: TokenInput or the InputError the local
+    store raises for it}); a column without statistics gets its value range from a pass over it."""
+    check_visible(paths)
+    found: list[dict[str, TokenInput | InputError]] = []
+    for path in paths:
+        entry: dict[str, TokenInput | InputError] = {}
+        for role, column in columns.items():
+            rule: ValueRule = STORE_RULES[role]
+            try:
+                ids = id_column if role == "tokens" else None
+                read = inspect_one_input(path, column, ids, rule)
+            except InputError as error:
+                entry[role] = error
+                continue
+            if read.value_range is None and role != "loss_mask":
+                read = TokenInput(
+                    read.path, read.num_bytes, read.num_rows, read.num_values,
+                    _value_range(read, column),
+                )  # fmt: skip
+            entry[role] = read
+        found.append(entry)
+    return found
+
+
+def _value_range(file: TokenInput, column: str) -> tuple[int, int]:
+    """(min, max) of the column's values, 0 for none (as `choose_dtype` reads them)."""
+    low, high = 0, 0
+    for batch in read_batches(file, [column]):
+        found = pc.min_max(pc.list_flatten(batch.column(column))).as_py()
+        low = min(low, found["min"] if found["min"] is not None else 0)
+        high = max(high, found["max"] if found["max"] is not None else 0)
+    return int(low), int(high)
+
+
+def store_inputs(
+    run: Any,
+    num_threads: int,
+    config: PrepareConfig,
+    paths: Sequence[Path],
+    columns: Mapping[str, str],
+) -> tuple[dict[str, list[TokenInput]], dict[str, InputError]]:
+    """Every role's footers, and each role's first footer error (the tokens' raised now)."""
+    tuning = config.cluster_tuning
+    chunks = footer_chunks(len(paths), num_threads, tuning)
+    calls = [
+        (inspect_store_inputs, ([paths[i] for i in chunk], columns, config.id_column), len(chunk))
+        for chunk in chunks
+    ]  # fmt: skip
+    found = [entry for part in run("store footers", calls) for entry in part]
+    inputs: dict[str, list[TokenInput]] = {}
+    errors: dict[str, InputError] = {}
+    for role in columns:
+        read = [entry[role] for entry in found]
+        error = next((item for item in read if isinstance(item, InputError)), None)
+        if error is not None:
+            errors[role] = error
+        else:
+            inputs[role] = [item for item in read if isinstance(item, TokenInput)]
+    if "tokens" in errors:
+        raise errors["tokens"]
+    return inputs, errors
+
+
+def store_dtype(role: str, files: Sequence[TokenInput], column: str) -> np.dtype[Any]:
+    """Tokens: the smallest unsigned dtype; labels: int32 or int64; a mask: uint8."""
+    if role == "tokens":
+        return choose_dtype(files, column)
+    if role == "labels":
+        return choose_signed_dtype(files, column)
+    return np.dtype("u1")

@@ -1,0 +1,325 @@
+"""One file group of the token store, streamed into place on a worker: `write_group_store`.
+
+The group's token lists (and labels or mask, the length and id columns) are read once, one
+Arrow batch at a time: every value checked as the local store checks it, then written with
+`pwrite` at the positions the driver gave the group's files (tokens, offsets), so a task run
+again after its worker died writes the same bytes at the same places. With an id column the
+group's (id, row) pairs, sorted by id, go to a run file for the id index (`store_index`). A
+fault is not raised here but returned (`GroupStore`): the first file of each kind of fault, the
+first row of the others, for the driver to pick the one the local engine reports
+(`store_faults`). Once a fault is seen the task writes no more values. The footers are read
+before, by `store_footers`.
+"""
+
+from __future__ import annotations
+
+import os
+import uuid
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+
+from seqpack_cli.prepare.cluster.merge import pwrite_all
+from seqpack_cli.prepare.cluster.tasks import TaskSettings, check_visible
+from seqpack_cli.prepare.token_reading import (
+    HEADER_BYTES,
+    TARGET_VALUES_PER_BATCH,
+    TokenInput,
+)
+from seqpack_cli.prepare.token_stream import within
+from seqpack_cli.token_sources import OFFSETS_NAME, TOKENS_NAME
+
+__all__ = ["GroupStore", "StoreJob", "id_run_paths", "read_batches", "write_group_store"]
+
+_MAX_BATCH_ROWS = 1 << 16
+_READ_BUFFER = 1 << 22
+
+
+@dataclass(frozen=True)
+class StoreJob:
+    """What every group's store task shares."""
+
+    root: Path
+    """The output's temporary directory: each role's folder is in it."""
+    runs_dir: Path
+    columns: Mapping[str, str]
+    dtypes: Mapping[str, np.dtype[Any]]
+    ranges: Mapping[str, tuple[int, int]]
+    length_column: str | None
+    """None when it is the token column itself (it then always agrees with the lists)."""
+    id_column: str | None
+    max_seq_len: int
+    truncate: bool
+    samples: int
+    settings: TaskSettings
+
+
+def id_run_paths(runs_dir: Path, group: int) -> tuple[Path, Path]:
+    """The group's ids ascending and the global row of each."""
+    return runs_dir / f"store-{group}.ids", runs_dir / f"store-{group}.rows"
+
+
+def read_batches(file: TokenInput, columns: list[str]) -> Any:
+    per_row = max(1, file.num_values // max(1, file.num_rows))
+    rows = min(_MAX_BATCH_ROWS, max(1, TARGET_VALUES_PER_BATCH // per_row))
+    with pq.ParquetFile(file.path, buffer_size=_READ_BUFFER, pre_buffer=False) as parquet:
+        yield from parquet.iter_batches(batch_size=rows, columns=columns, use_threads=True)
+
+
+@dataclass
+class GroupStore:
+    """What a group's store task returns: numbers and the first fault of each kind, never rows
+    (but `samples`)."""
+
+    counts: dict[str, list[int]]
+    """Each role's values in each of the group's files, as read (the files after a fault that
+    stopped the task excluded)."""
+    stream_faults: dict[str, int] = field(default_factory=dict)
+    """{role: index of the first file (in the inputs' list) holding a value, list or id the local
+    store refuses while streaming that role}."""
+    mismatch: tuple[int, int, int] | None = None
+    """(global row, values, tokens) of the first row whose labels or mask is not as long."""
+    pool_fault: tuple[int, int, int, int] | None = None
+    """(pool length, id, global row, stored length) of the first pooled id of another length."""
+    num_ids: int = 0
+    samples: np.ndarray | None = None
+    wrote: bool = True
+    """Whether every value was written at the driver's positions (no fault, the planned counts)."""
+
+
+class _Writer:
+    """The group's pwrites: each role's tokens.npy and every role's offsets.npy."""
+
+    def __init__(self, job: StoreJob) -> None:
+        self.job = job
+        self.fds: dict[str, int] = {}
+        for role in job.columns:
+            self.fds[role] = os.open(job.root / role / TOKENS_NAME, os.O_WRONLY)
+            self.fds[f"{role}/offsets"] = os.open(job.root / role / OFFSETS_NAME, os.O_WRONLY)
+
+    def values(self, role: str, values: np.ndarray, at: int) -> None:
+        dtype = self.job.dtypes[role]
+        view = np.ascontiguousarray(values, dtype=dtype).data.cast("B")
+        done, start = 0, HEADER_BYTES + dtype.itemsize * at
+        while done < len(view):
+            done += os.pwritev(self.fds[role], [view[done:]], start + done)
+
+    def offsets(self, ends: np.ndarray, first_row: int) -> None:
+        """`ends` (the offsets of rows first_row + 1, ...) into every role's offsets.npy."""
+        for role in self.job.columns:
+            fd = self.fds[f"{role}/offsets"]
+            pwrite_all(fd, ends, HEADER_BYTES // 8 + first_row + 1)
+
+    def close(self) -> None:
+        for fd in self.fds.values():
+            os.close(fd)
+        self.fds.clear()
+
+
+def _lists(array: pa.Array) -> tuple[np.ndarray, pa.Array] | None:
+    """(lengths, flattened values) of a list array; None for a NULL list or a NULL value."""
+    if array.null_count:
+        return None
+    values = pc.list_flatten(array)
+    if values.null_count:
+        return None
+    lengths = pc.list_value_length(array).to_numpy(zero_copy_only=False).astype(np.int64)
+    return lengths, values
+
+
+def _ids(array: pa.Array) -> np.ndarray | None:
+    if array.null_count:
+        return None
+    ids = array.to_numpy(zero_copy_only=False)
+    if ids.dtype == np.uint64 and ids.size and int(ids.max()) > np.iinfo(np.int64).max:
+        return None
+    return ids.astype(np.int64, copy=False)
+
+
+class _Group:
+    """One group's pass: `file` for each of its files, then `result`."""
+
+    def __init__(self, job: StoreJob, first_row: int, starts: Mapping[str, Sequence[int]]) -> None:
+        self.job, self.starts = job, starts
+        self.row = first_row  # the global row of the next row read
+        self.result = GroupStore({role: [] for role in job.columns})
+        self.id_parts: list[np.ndarray] = []
+        self.writer: _Writer | None = _Writer(job)
+        self.stopped = False  # a tokens fault: nothing later in this group matters
+
+    def close(self) -> None:
+        if self.writer is not None:
+            self.writer.close()
+            self.writer = None
+
+    def _stop_writing(self) -> None:
+        self.result.wrote = False
+        self.close()
+
+    def file(self, index: int, position: int, file: TokenInput) -> None:
+        """Stream the group's file `position` (input `index`)."""
+        job = self.job
+        names = [*job.columns.values(), job.length_column, job.id_column]
+        columns = list(dict.fromkeys(name for name in names if name is not None))
+        at = {role: self.starts[role][position] for role in job.columns}
+        read = {role: 0 for role in job.columns}
+        faulted: set[str] = set()
+        rows = 0
+        try:
+            for batch in read_batches(file, columns):
+                self._batch(batch, at, read, faulted)
+                rows += batch.num_rows
+                if self.stopped:
+                    break
+        except (OSError, pa.ArrowException):
+            faulted.add("tokens")  # the local store words what it cannot read
+        if rows != file.num_rows and not self.stopped:
+            faulted.add("tokens")
+        for role in faulted:
+            self.result.stream_faults.setdefault(role, index)
+        if "tokens" in faulted:
+            self.stopped = True
+        for role in job.columns:
+            self.result.counts[role].append(read[role])
+        if any(read[role] != self._planned(role, position) for role in job.columns):
+            self._stop_writing()
+
+    def _planned(self, role: str, position: int) -> int:
+        starts = self.starts[role]
+        return starts[position + 1] - starts[position]
+
+    def _batch(
+        self,
+        batch: pa.RecordBatch,
+        at: dict[str, int],
+        read: dict[str, int],
+        faulted: set[str],
+    ) -> None:
+        job = self.job
+        first_row, self.row = self.row, self.row + batch.num_rows
+        tokens = _lists(batch.column(job.columns["tokens"]))
+        ids = None if job.id_column is None else _ids(batch.column(job.id_column))
+        low, high = job.ranges["tokens"]
+        if tokens is None or (job.id_column is not None and ids is None):
+            faulted.add("tokens")
+            self.stopped = True
+            return
+        lengths, flat = tokens
+        values = {"tokens": flat.to_numpy(zero_copy_only=False)}
+        if not within(values["tokens"], low, high):
+            faulted.add("tokens")
+            self.stopped = True
+            return
+        for role, column in job.columns.items():
+            if role == "tokens" or role in faulted:
+                continue
+            found = _lists(batch.column(column))
+            if found is None or not within(found[1].to_numpy(zero_copy_only=False),
+                                           *job.ranges[role]):  # fmt: skip
+                faulted.add(role)
+                self._stop_writing()
+                continue
+            theirs = found[0]
+            values[role] = found[1].to_numpy(zero_copy_only=False)
+            bad = np.flatnonzero(theirs != lengths)
+            if bad.size and self.result.mismatch is None:
+                k = int(bad[0])
+                self.result.mismatch = (first_row + k, int(theirs[k]), int(lengths[k]))
+                self._stop_writing()
+        self._check_pools(batch, lengths, ids, first_row)
+        if ids is not None:
+            rows = np.arange(first_row, first_row + lengths.size, dtype=np.int64)
+            self.id_parts.append(np.stack([ids, rows]))
+        if self.writer is not None:
+            ends = np.cumsum(lengths)
+            ends += at["tokens"] + read["tokens"]
+            self.writer.offsets(ends, first_row)
+            for role, array in values.items():
+                self.writer.values(role, array, at[role] + read[role])
+        for role, array in values.items():
+            read[role] += int(array.size)
+
+    def _check_pools(
+        self, batch: pa.RecordBatch, lengths: np.ndarray, ids: np.ndarray | None, first_row: int
+    ) -> None:
+        """The first pooled row whose pool is not its stored length (`token_store._check_pools`)."""
+        job = self.job
+        if job.length_column is None:
+            return
+        given = batch.column(job.length_column)
+        if pa.types.is_integer(given.type):
+            claimed = given.to_numpy(zero_copy_only=False).astype(np.int64)
+        else:
+            claimed = pc.list_value_length(given).to_numpy(zero_copy_only=False).astype(np.int64)
+        cap = job.max_seq_len
+        pooled = (claimed <= cap) | job.truncate
+        pool = np.minimum(claimed, cap)
+        at_least = job.truncate & (pool == cap)
+        bad = pooled & np.where(at_least, lengths < cap, lengths != pool)
+        if not bad.any():
+            return
+        if ids is None:
+            ids = np.arange(first_row, first_row + lengths.size, dtype=np.int64)
+        where = np.flatnonzero(bad)
+        k = int(where[np.lexsort((ids[where], pool[where]))[0]])
+        found = (int(pool[k]), int(ids[k]), first_row + k, int(lengths[k]))
+        if self.result.pool_fault is None or found < self.result.pool_fault:
+            self.result.pool_fault = found
+        self._stop_writing()
+
+    def finish(self, group: int) -> GroupStore:
+        """Close the files; with an id column write the group's run of (id, row) by id."""
+        self.close()
+        if self.job.id_column is None or self.stopped:
+            return self.result
+        pairs = np.concatenate(self.id_parts, axis=1) if self.id_parts else np.zeros((2, 0))
+        pairs = pairs.astype(np.int64, copy=False)
+        order = np.argsort(pairs[0], kind="stable")  # equal ids keep their rows ascending
+        for path, values in zip(id_run_paths(self.job.runs_dir, group), pairs[:, order],
+                                strict=True):  # fmt: skip
+            _write_run(path, values)
+        num_ids = pairs.shape[1]
+        if num_ids:
+            sorted_ids = pairs[0, order]
+            positions = np.linspace(0, num_ids - 1, min(self.job.samples, num_ids))
+            self.result.samples = sorted_ids[positions.astype(np.int64)]
+        self.result.num_ids = num_ids
+        return self.result
+
+
+def _write_run(path: Path, values: np.ndarray) -> None:
+    """Raw int64 under a temporary name, renamed into place: a retried task writes the same."""
+    tmp = path.with_name(f"{path.name}.{uuid.uuid4().hex[:12]}.tmp")
+    np.ascontiguousarray(values, dtype=np.int64).tofile(tmp)
+    os.replace(tmp, path)
+
+
+def write_group_store(
+    job: StoreJob,
+    group: int,
+    files: Sequence[tuple[int, TokenInput]],
+    first_row: int,
+    starts: Mapping[str, Sequence[int]],
+) -> GroupStore:
+    """Stream the group's `files` ((input index, footer) pairs, in order; the group's first row
+    `first_row`) into the store: `starts[role][k]` is where file k's values go, and
+    `starts[role][-1]` where the group's end."""
+    check_visible((file.path for _, file in files), [job.root, job.runs_dir])
+    work = _Group(job, first_row, starts)
+    try:
+        for position, (index, file) in enumerate(files):
+            work.file(index, position, file)
+            if position == len(files) // 2:
+                job.settings.pause()
+            if work.stopped:
+                break
+    except BaseException:
+        work.close()
+        raise
+    return work.finish(group)
