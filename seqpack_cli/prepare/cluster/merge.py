@@ -86,7 +86,8 @@ class RunEncoding:
                 return 0
             if value >= _NARROW_SPAN:
                 return int(stored.shape[0])
-        return int(np.searchsorted(stored, value, "left"))
+        # The value in the run's own dtype: a Python int would make numpy cast the whole run.
+        return int(np.searchsorted(stored, self.dtype.type(value), "left"))
 
 
 @dataclass(frozen=True)
