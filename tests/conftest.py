@@ -4,7 +4,9 @@
 `part=b/` folder and one with its columns in another order, with a length column `num_tokens`, a
 unique shuffled id column `doc_id` and a text column. `prepared_dir` is `seqpack prepare` run on
 it (max_seq_len 512, ids from `doc_id`). `write_parquet` writes one file from plain columns.
-Tests that change files copy them first. `reference_packers` is benchmarks/reference_packers.py,
+Tests that change files copy them first. `dask_cluster` (session-wide) is a Dask `LocalCluster`
+of 2 worker processes of a thread each, for the `--engine dask` tests (skipped without Dask).
+`reference_packers` is benchmarks/reference_packers.py,
 the per-item packers the packing tests use as oracles (`from conftest import reference_packers`).
 """
 
@@ -218,3 +220,14 @@ def simulated_workers(
     longest = max(map(len, streams), default=0)
     merged = [s[i] for i in range(longest) for s in streams if i < len(s)]
     return streams, merged
+
+
+@pytest.fixture(scope="session")
+def dask_cluster() -> Any:
+    """A Dask `LocalCluster` of 2 worker processes of a thread each, shared by the modules that
+    run `--engine dask` on it (a worker a test kills is started again by its nanny)."""
+    distributed = pytest.importorskip("distributed")
+    with distributed.LocalCluster(
+        n_workers=2, threads_per_worker=1, processes=True, dashboard_address=":0"
+    ) as local:
+        yield local

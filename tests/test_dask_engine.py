@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import dataclasses
 import json
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -37,11 +36,8 @@ ON_DISK = dataclasses.replace(SMALL, memory_ids=1)
 
 
 @pytest.fixture(scope="module")
-def cluster() -> Iterator[Any]:
-    with distributed.LocalCluster(
-        n_workers=2, threads_per_worker=1, processes=True, dashboard_address=":0"
-    ) as local:
-        yield local
+def cluster(dask_cluster: Any) -> Any:
+    return dask_cluster
 
 
 def _config(inputs: Path, output: Path, **options: Any) -> PrepareConfig:
@@ -329,8 +325,9 @@ def test_workers_start_a_local_cluster_and_json_names_the_engine(tmp_path: Path)
     [
         (["--scheduler", "tcp://h:1"], "error: --scheduler is set, which only --engine dask uses"),
         (["--engine", "dask"], "error: --engine dask needs one of --scheduler"),
-        (["--engine", "dask", "--workers", "1", "--tokens-column", "t", "--over-cap", "split"],
-         "error: --over-cap split is not yet supported with --engine dask; use --engine local"),
+        (["--engine", "dask", "--workers", "1", "--over-cap", "split"],
+         "error: --over-cap split cuts the tokens of longer sequences into pieces, so it needs "
+         "the token store"),
     ],
 )  # fmt: skip
 def test_bad_engine_options_on_the_command_line(tmp_path: Path, args, message) -> None:

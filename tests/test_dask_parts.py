@@ -244,8 +244,9 @@ def test_check_ranges_partition_every_id(groups, range_ids) -> None:
         ({"engine": "dask", "workers": 0}, "workers is 0"),
         ({"engine": "dask", "scheduler": " "}, "expected a Dask scheduler address"),
         (
-            {"engine": "dask", "workers": 1, "tokens_column": "t", "over_cap": "split"},
-            "over_cap='split' is not yet supported with engine='dask'; use engine='local'",
+            {"engine": "dask", "workers": 1, "over_cap": "split"},
+            "over_cap='split' cuts the tokens of longer sequences into pieces, so it needs the "
+            "token store",
         ),
     ],
 )

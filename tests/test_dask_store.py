@@ -14,7 +14,6 @@ import dataclasses
 import os
 import signal
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -29,7 +28,7 @@ from token_datasets import write_token_files
 from typer.testing import CliRunner
 
 from seqpack_cli.cli.app import app
-from seqpack_cli.errors import ConfigError, SeqpackError
+from seqpack_cli.errors import SeqpackError
 from seqpack_cli.prepare import PrepareConfig, load_prepared, prepare_dataset
 from seqpack_cli.prepare.cluster.driver import PAUSE_VARIABLE
 from seqpack_cli.prepare.cluster.tuning import ClusterTuning
@@ -41,11 +40,8 @@ SMALL = ClusterTuning(group_rows=40, merge_ids=150, check_ids=60, block_ids=64, 
 
 
 @pytest.fixture(scope="module")
-def cluster() -> Iterator[Any]:
-    with distributed.LocalCluster(
-        n_workers=2, threads_per_worker=1, processes=True, dashboard_address=":0"
-    ) as local:
-        yield local
+def cluster(dask_cluster: Any) -> Any:
+    return dask_cluster
 
 
 def _sequences(count: int, seed: int = 0, longest: int = 40) -> list[list[int]]:
@@ -296,12 +292,6 @@ def test_bad_inputs_word_as_the_local_engine(cluster: Any, tmp_path: Path, case:
     local, dask = _errors(cluster, tmp_path / "in", tmp_path / "out", **options)
     assert fragment in local
     assert dask == local
-
-
-def test_split_is_refused_with_dask(tmp_path: Path) -> None:
-    with pytest.raises(ConfigError) as error:
-        _config(tmp_path, tmp_path / "out", over_cap="split", engine="dask", workers=1)
-    assert str(error.value).startswith("over_cap='split' is not yet supported with engine='dask'")
 
 
 def test_a_footer_count_that_is_not_the_tokens(cluster: Any, tmp_path: Path) -> None:

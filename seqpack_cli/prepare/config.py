@@ -143,6 +143,19 @@ class PrepareConfig:
         self._check_store_columns()
         self._check_engine()
 
+    @property
+    def store_columns(self) -> dict[str, str]:
+        """The token store's roles and their columns (`tokens`, and `labels` or `loss_mask`
+        when given); empty without `tokens_column`."""
+        named = {
+            "tokens": self.tokens_column,
+            "labels": self.labels_column,
+            "loss_mask": self.loss_mask_column,
+        }
+        if self.tokens_column is None:
+            return {}
+        return {role: column for role, column in named.items() if column is not None}
+
     def _check_store_columns(self) -> None:
         """The token store's columns: names, each once, labels or a mask only with tokens."""
         named = {
@@ -208,12 +221,6 @@ class PrepareConfig:
             raise ConfigError(
                 f"{option('scheduler')} is {self.scheduler!r}; expected a Dask scheduler address "
                 "such as tcp://HOST:8786"
-            )
-        if self.over_cap == "split":
-            raise ConfigError(
-                f"{over_cap_option('split')} is not yet supported with {engine_option('dask')}; "
-                f"use {engine_option('local')} to split sequences, or "
-                f"{over_cap_option('truncate')} or {over_cap_option('drop')}"
             )
         if importlib.util.find_spec("distributed") is None:
             raise ConfigError(

@@ -7,7 +7,8 @@ write everything atomically. Then `load_prepared` opens it at training time.
 With a token store (`tokens_column`) the token column is read once instead (`one_pass`): the
 store, the histogram and the pools all come from that read; the two passes above run only to
 word a fault it found (they are the reference: the same bytes, the same messages). The Dask
-engine runs the two passes, then its tasks write the same store (`cluster.store_driver`).
+engine runs the two passes, then its tasks write the same store (`cluster.store_driver`); under
+split it checks as truncate, then cuts that store and rewrites the pools (`cluster.split_driver`).
 """
 
 from __future__ import annotations
@@ -235,20 +236,11 @@ def _write_store(
     writer.finish_pools()
     if config.engine != "local":
         return dict(engine.write_store(writer, paths))
-    columns = {
-        role: column
-        for role, column in (
-            ("tokens", config.tokens_column),
-            ("labels", config.labels_column),
-            ("loss_mask", config.loss_mask_column),
-        )
-        if column is not None
-    }
     truncate = config.over_cap == "truncate"
     section, names = write_token_store(
         writer.tmp_path,
         paths,
-        columns,
+        config.store_columns,
         id_column=config.id_column,
         length_column=config.length_column,
         pools=PoolMap(writer.tmp_path, kept),
@@ -288,9 +280,9 @@ def _plan(
 
 def _two_passes(
     writer: PreparedWriter, engine: Any, files: Sequence[Any], config: PrepareConfig, started: float
-) -> tuple[dict[int, int], dict[str, int], Counter[tuple[int, ...]], Any, Any]:
-    """The engine's histogram pass, the packing, and the engine's pools pass: (kept lengths,
-    over-cap counts, templates, stats, what the pools pass saw)."""
+) -> tuple[dict[int, int], dict[int, int], dict[str, int], Counter[tuple[int, ...]], Any, Any]:
+    """The engine's histogram pass, the packing, and the engine's pools pass: (histogram, kept
+    lengths, over-cap counts, templates, stats, what the pools pass saw)."""
     histogram = engine.histogram(files, writer)
     logger.info(
         "histogram: %d distinct lengths (%.2fs)", len(histogram), time.perf_counter() - started
@@ -299,7 +291,7 @@ def _two_passes(
     templates, stats = _plan(kept, config, started)
     scanned = engine.pools(files, kept, writer)
     logger.info("pools written (%.2fs)", time.perf_counter() - started)
-    return kept, over_cap, templates, stats, scanned
+    return histogram, kept, over_cap, templates, stats, scanned
 
 
 def prepare_dataset(config: PrepareConfig, *, progress: ProgressCallback | None = None) -> Prepared:
@@ -351,11 +343,18 @@ def prepare_dataset(config: PrepareConfig, *, progress: ProgressCallback | None 
             store = one_pass.finish(writer)  # while the pool files are being created
             scanned = one_pass.write_pools(kept, writer.append_pool, progress=progress)
         else:
-            kept, over_cap, templates, stats, scanned = _two_passes(
+            histogram, kept, over_cap, templates, stats, scanned = _two_passes(
                 writer, engine, files, checked, started
             )
-            store = _write_store(writer, paths, checked, kept, engine)
-            if split:  # they found nothing wrong: what the one pass found stands
+            if split and config.engine != "local":  # checked as truncate; the cluster cuts
+                kept, over_cap = _apply_over_cap(histogram, config)
+                templates, stats = _plan(kept, config, started)
+                writer.finish_pools()
+                cluster: Any = engine  # a ClusterEngine: the store cut, the pools rewritten
+                store, scanned = cluster.write_split_store(writer, paths, kept)
+            else:
+                store = _write_store(writer, paths, checked, kept, engine)
+            if split and config.engine == "local":  # nothing wrong here: the one pass's stands
                 error = one_pass.error if isinstance(one_pass, Fallback) else None
                 raise error if isinstance(error, InputError) else changed_error()
         writer.write_bytes(COUNTS_NAME, counts_to_json(kept))

@@ -56,15 +56,6 @@ logger = logging.getLogger(__name__)
 _HASH_BLOCK = 1 << 22
 
 
-def _store_columns(config: PrepareConfig) -> dict[str, str]:
-    named = {
-        "tokens": config.tokens_column,
-        "labels": config.labels_column,
-        "loss_mask": config.loss_mask_column,
-    }
-    return {role: column for role, column in named.items() if column is not None}
-
-
 def _sha256_of(path: Path) -> str:
     digest = hashlib.sha256()
     with open(path, "rb") as handle:
@@ -137,7 +128,7 @@ class OnePass:
     def _finish(self, writer: PreparedWriter) -> dict[str, Any]:
         config, section = self.config, {}
         shared: dict[str, str] = {}
-        for role, column in _store_columns(config).items():
+        for role, column in config.store_columns.items():
             root = self.root / role
             if role != "tokens":
                 self.store.copy_shared(role)
@@ -173,7 +164,7 @@ def _spec(config: PrepareConfig, inputs: Mapping[str, Sequence[TokenInput]]) -> 
     allowed values."""
     dtypes: dict[str, np.dtype[Any]] = {}
     ranges: dict[str, tuple[int, int]] = {}
-    for role, column in _store_columns(config).items():
+    for role, column in config.store_columns.items():
         if role == "tokens":
             dtype = choose_dtype(inputs[role], column)
         elif role == "labels":
@@ -186,7 +177,7 @@ def _spec(config: PrepareConfig, inputs: Mapping[str, Sequence[TokenInput]]) -> 
     same = config.length_column == config.tokens_column
     return StreamSpec(
         files=inputs["tokens"],
-        columns=_store_columns(config),
+        columns=config.store_columns,
         dtypes=dtypes,
         ranges=ranges,
         length_column=None if same else config.length_column,
@@ -249,7 +240,7 @@ def read_in_one_pass(
     (`Fallback`)."""
     started = time.perf_counter()
     root = writer.tmp_path
-    columns = _store_columns(config)
+    columns = config.store_columns
     try:
         inputs = {
             role: inspect_token_inputs(

@@ -32,7 +32,7 @@ from seqpack_cli.prepare.token_reading import IDS_BY_ROW_NAME
 from seqpack_cli.prepare.token_stream import StreamSpec, TokenBatch
 from seqpack_cli.token_sources import IDS_NAME, OFFSETS_NAME, PIECES_NAME, ROWS_NAME, TOKENS_NAME
 
-__all__ = ["LengthCounter", "StreamedStore", "cut_lengths"]
+__all__ = ["LengthCounter", "StreamedStore", "cut_lengths", "piece_ids_error"]
 
 _DENSE_LENGTHS = 1 << 20  # lengths below this are counted in an array, longer ones in a Counter
 _INT64_MAX = int(np.iinfo(np.int64).max)
@@ -75,6 +75,18 @@ def cut_lengths(lengths: np.ndarray, cap: int) -> tuple[np.ndarray, np.ndarray]:
     rows = np.repeat(lengths, pieces)
     index = np.arange(rows.size, dtype=np.int64) - np.repeat(np.cumsum(pieces) - pieces, pieces)
     return np.minimum(rows - index * cap, cap), pieces
+
+
+def piece_ids_error(id_column: str | None, first: int, num_pieces: int) -> InputError | None:
+    """The error for `num_pieces` new ids from `first` on that do not fit below 2**63 (None when
+    they fit)."""
+    if not num_pieces or first <= _INT64_MAX - num_pieces + 1:
+        return None
+    return InputError(
+        f"id column {id_column!r} ({option('id_column')}) holds ids up to {first - 1}, which "
+        f"leaves no room below 2**63 for the {num_pieces} new ids of the pieces of split "
+        f"sequences; renumber the ids, or drop {option('id_column')} to use row indexes as ids"
+    )
 
 
 class StreamedStore:
@@ -198,13 +210,9 @@ class StreamedStore:
         self.split_sources = sources
         num_pieces = int(counts.sum())
         first = self.first_piece_id()
-        if num_pieces and first > _INT64_MAX - num_pieces + 1:
-            raise InputError(
-                f"id column {self.spec.id_column!r} ({option('id_column')}) holds ids up to "
-                f"{first - 1}, which leaves no room below 2**63 for the {num_pieces} new ids of "
-                f"the pieces of split sequences; renumber the ids, or drop {option('id_column')} "
-                "to use row indexes as ids"
-            )
+        error = piece_ids_error(self.spec.id_column, first, num_pieces)
+        if error is not None:
+            raise error
         piece_ids = np.arange(first, first + num_pieces, dtype=np.int64)
         within = np.arange(num_pieces, dtype=np.int64) - np.repeat(
             np.cumsum(counts) - counts, counts

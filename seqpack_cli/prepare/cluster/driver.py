@@ -390,6 +390,23 @@ class ClusterEngine:
         )
         return write_cluster_store(hooks, self.config, writer, paths)
 
+    def write_split_store(
+        self, writer: PreparedWriter, paths: Sequence[Path], kept: Mapping[int, int]
+    ) -> tuple[dict[str, Any], PoolScan]:
+        """`--over-cap split` (this engine checking as truncate): the store written as
+        `write_store` writes it, then cut and the pools of the `kept` lengths rewritten
+        (`split_driver`); the manifest's `token_store` section and the pools' scan."""
+        from seqpack_cli.prepare.cluster.split_driver import ClusterSplit
+        from seqpack_cli.prepare.cluster.store_driver import StoreHooks, write_cluster_store
+
+        hooks = StoreHooks(
+            self._run, self._groups, self.cluster.num_threads, self._settings(), self._task_ids
+        )
+        split = ClusterSplit(hooks, self.config, writer, kept)
+        section = write_cluster_store(hooks, self.config, writer, paths, split)
+        assert split.scan is not None
+        return section, split.scan
+
     def describe(self) -> dict[str, Any]:
         cluster = self.cluster
         return {

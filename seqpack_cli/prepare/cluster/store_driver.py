@@ -60,11 +60,20 @@ from seqpack_cli.prepare.token_reading import (
 )
 from seqpack_cli.prepare.token_store import STORE_RULES
 from seqpack_cli.prepared import PreparedWriter
-from seqpack_cli.token_sources import IDS_NAME, INFO_NAME, OFFSETS_NAME, ROWS_NAME, TOKENS_NAME
+from seqpack_cli.token_sources import (
+    IDS_NAME,
+    INFO_NAME,
+    OFFSETS_NAME,
+    PIECES_NAME,
+    ROWS_NAME,
+    TOKENS_NAME,
+)
 
-__all__ = ["StoreHooks", "store_columns", "write_cluster_store"]
+__all__ = ["Split", "StoreHooks", "write_cluster_store"]
 
 Run = Callable[[str, Sequence[tuple[Callable[..., Any], tuple[Any, ...], int]]], list[Any]]
+Split = Callable[[Sequence[str], int], dict[str, int]]
+"""`--over-cap split`: cuts the checked store (its roles, its input rows); the split's figures."""
 
 
 @dataclass(frozen=True)
@@ -76,15 +85,6 @@ class StoreHooks:
     num_threads: int
     settings: TaskSettings
     task_ids: Callable[[int, int], int]
-
-
-def store_columns(config: PrepareConfig) -> dict[str, str]:
-    named = {
-        "tokens": config.tokens_column,
-        "labels": config.labels_column,
-        "loss_mask": config.loss_mask_column,
-    }
-    return {role: column for role, column in named.items() if column is not None}
 
 
 def _create(path: Path, dtype: np.dtype[Any], count: int) -> None:
@@ -105,7 +105,7 @@ class _Store:
         self, hooks: StoreHooks, config: PrepareConfig, writer: PreparedWriter, paths: Any
     ) -> None:
         self.hooks, self.config, self.writer, self.paths = hooks, config, writer, paths
-        self.columns = store_columns(config)
+        self.columns = config.store_columns
         self.root = writer.tmp_path
         self.runs_dir = writer.work_dir / "store-runs"
         self.scratch = writer.work_dir / "store-scratch"
@@ -236,25 +236,33 @@ class _Store:
             )
         return None
 
-    def finish(self, counts: Mapping[str, Sequence[int]]) -> dict[str, Any]:
-        """Each role's token_source.json; every file hashed and recorded; the manifest's
-        `token_store` section."""
+    def finish(
+        self, counts: Mapping[str, Sequence[int]], split: dict[str, int] | None = None
+    ) -> dict[str, Any]:
+        """Each role's token_source.json (with `split`'s figures: the store was cut); every file
+        hashed and recorded; the manifest's `token_store` section."""
         config, section = self.config, {}
         names = [TOKENS_NAME, OFFSETS_NAME]
-        if config.id_column is not None:
+        if config.id_column is not None or split is not None:
             names += [IDS_NAME, ROWS_NAME]
         shared = {name for name in names if name != TOKENS_NAME}
-        hashed = [("tokens", name) for name in names] + [
-            (role, TOKENS_NAME) for role in self.columns if role != "tokens"
-        ]
+        pieces = [("tokens", PIECES_NAME)] if split is not None else []
+        hashed = (
+            [("tokens", name) for name in names]
+            + pieces
+            + [(role, TOKENS_NAME) for role in self.columns if role != "tokens"]
+        )
         calls = [(hash_store_file, (self.root / role / name,), 1) for role, name in hashed]
         digests = dict(zip(hashed, self.hooks.run("hash store", calls), strict=True))
         for role, column in self.columns.items():
             num_values = int(sum(counts[role]))
             files = self.inputs[role]
-            info = source_info(column, config.id_column, self.dtypes[role], files, num_values)
+            info = source_info(
+                column, config.id_column, self.dtypes[role], files, num_values, split=split
+            )
             (self.root / role / INFO_NAME).write_text(json.dumps(info, indent=1) + "\n", "utf-8")
-            for name in sorted([*names, INFO_NAME]):
+            own = [PIECES_NAME] if pieces and role == "tokens" else []
+            for name in sorted([*names, *own, INFO_NAME]):
                 if name == INFO_NAME:
                     self.writer.record_file(f"{role}/{name}")
                     continue
@@ -270,11 +278,17 @@ class _Store:
 
 
 def write_cluster_store(
-    hooks: StoreHooks, config: PrepareConfig, writer: PreparedWriter, paths: Sequence[Path]
+    hooks: StoreHooks,
+    config: PrepareConfig,
+    writer: PreparedWriter,
+    paths: Sequence[Path],
+    split: Split | None = None,
 ) -> dict[str, Any]:
     """Write the store of `config`'s columns for the inputs `paths` into `writer`'s temporary
     directory, by tasks; record its files; return the manifest's `token_store` section.
-    `InputError` as the local store raises it."""
+    `InputError` as the local store raises it. With `split` (`config` is then truncate's, which
+    checks the inputs as the local split does) the checked store is cut by `split`, and a length
+    column that is not the lists' lengths is refused as the local one pass refuses it."""
     store = _Store(hooks, config, writer, paths)
     store.prepare()
     planned = {role: [file.num_values for file in store.inputs[role]] for role in store.columns}
@@ -285,6 +299,8 @@ def write_cluster_store(
     error = error or store.first_fault(results)
     if error is not None:
         raise error
+    if split is not None and any(result.lengths_differ for result in results):
+        raise changed_error()
     found = {
         role: [count for result in results for count in result.counts[role]]
         for role in store.columns
@@ -295,4 +311,5 @@ def write_cluster_store(
             raise changed_error()
     elif not all(result.wrote for result in results):
         raise changed_error()
-    return store.finish(found)
+    figures = None if split is None else split(list(store.columns), store.num_rows)
+    return store.finish(found, figures)

@@ -91,6 +91,9 @@ class GroupStore:
     samples: np.ndarray | None = None
     wrote: bool = True
     """Whether every value was written at the driver's positions (no fault, the planned counts)."""
+    lengths_differ: bool = False
+    """Whether a row's length column is not its list's length, where the checks as truncate
+    allow it (over the cap): the local one pass, which splits, refuses it."""
 
 
 class _Writer:
@@ -257,6 +260,8 @@ class _Group:
             claimed = given.to_numpy(zero_copy_only=False).astype(np.int64)
         else:
             claimed = pc.list_value_length(given).to_numpy(zero_copy_only=False).astype(np.int64)
+        if not self.result.lengths_differ and np.any(claimed != lengths):
+            self.result.lengths_differ = True
         cap = job.max_seq_len
         pooled = (claimed <= cap) | job.truncate
         pool = np.minimum(claimed, cap)
