@@ -2,12 +2,17 @@
 
 `write_dataset` writes a few parquet files of uneven sizes (one of them empty, one in a
 subfolder) whose ids take the path through the pools pass that `ids` names; `assert_same_output`
-compares two prepared directories byte for byte, the manifest's `engine` entry aside.
+compares two prepared directories byte for byte, the manifest's `engine` entry aside;
+`kill_the_worker_running` SIGKILLs the worker that runs a given kind of task, mid-run.
 """
 
 from __future__ import annotations
 
 import json
+import os
+import signal
+import time
+from concurrent.futures import Future
 from pathlib import Path
 from typing import Any
 
@@ -89,3 +94,19 @@ def assert_same_output(expected: Path, got: Path) -> None:
 def leftovers(folder: Path) -> list[str]:
     """Temporary siblings a run left in `folder`."""
     return sorted(p.name for p in folder.iterdir() if ".seqpack-" in p.name)
+
+
+def kill_the_worker_running(client: Any, run: Future, key_part: str, timeout_s: float = 60) -> None:
+    """Wait until a task whose Dask key holds `key_part` runs on a worker of `client`'s cluster,
+    then SIGKILL that worker's process; `run` is the job (it must not end first)."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        running = client.run(lambda dask_worker: [str(t.key) for t in dask_worker.state.executing])
+        busy = [worker for worker, keys in running.items() if any(key_part in k for k in keys)]
+        if busy:
+            break
+        assert not run.done(), run.result()
+        assert time.monotonic() < deadline, f"no {key_part} task ever ran"
+        time.sleep(0.05)
+    pid = client.run(os.getpid, workers=[busy[0]])[busy[0]]
+    os.kill(pid, signal.SIGKILL)

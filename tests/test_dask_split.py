@@ -12,15 +12,12 @@ from __future__ import annotations
 import concurrent.futures
 import dataclasses
 import json
-import os
-import signal
-import time
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pytest
-from dask_datasets import assert_same_output
+from dask_datasets import assert_same_output, kill_the_worker_running
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from test_dask_store import (
@@ -266,19 +263,7 @@ def test_a_worker_killed_mid_split_changes_nothing(
     try:
         with concurrent.futures.ThreadPoolExecutor(1) as pool:
             run = pool.submit(prepare_dataset, config)
-            deadline = time.monotonic() + 60
-            while True:
-                running = client.run(
-                    lambda dask_worker: [str(t.key) for t in dask_worker.state.executing]
-                )
-                busy = [w for w, keys in running.items() if any("-split_ids-" in k for k in keys)]
-                if busy:
-                    break
-                assert not run.done(), run.result()
-                assert time.monotonic() < deadline, "no split task ever ran"
-                time.sleep(0.05)
-            pid = client.run(os.getpid, workers=[busy[0]])[busy[0]]
-            os.kill(pid, signal.SIGKILL)
+            kill_the_worker_running(client, run, "-split_ids-")
             run.result(timeout=120)
         monkeypatch.delenv(PAUSE_VARIABLE)
         prepare_dataset(PrepareConfig(output=tmp_path / "local", **options))

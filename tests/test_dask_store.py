@@ -11,9 +11,6 @@ from __future__ import annotations
 
 import concurrent.futures
 import dataclasses
-import os
-import signal
-import time
 from pathlib import Path
 from typing import Any
 
@@ -21,7 +18,12 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
-from dask_datasets import assert_same_output, leftovers, write_dataset
+from dask_datasets import (
+    assert_same_output,
+    kill_the_worker_running,
+    leftovers,
+    write_dataset,
+)
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from token_datasets import write_token_files
@@ -319,19 +321,7 @@ def test_a_worker_killed_mid_store_changes_nothing(
     try:
         with concurrent.futures.ThreadPoolExecutor(1) as pool:
             run = pool.submit(prepare_dataset, config)
-            deadline = time.monotonic() + 60
-            while True:
-                running = client.run(
-                    lambda dask_worker: [str(t.key) for t in dask_worker.state.executing]
-                )
-                busy = [w for w, keys in running.items() if any("-tokens-" in k for k in keys)]
-                if busy:
-                    break
-                assert not run.done(), run.result()
-                assert time.monotonic() < deadline, "no store task ever ran"
-                time.sleep(0.05)
-            pid = client.run(os.getpid, workers=[busy[0]])[busy[0]]
-            os.kill(pid, signal.SIGKILL)
+            kill_the_worker_running(client, run, "-tokens-")
             run.result(timeout=120)
         monkeypatch.delenv(PAUSE_VARIABLE)
         prepare_dataset(_config(inputs, tmp_path / "local", **options))
