@@ -22,6 +22,7 @@ from seqpack_cli.prepare.cluster.group_sort import ids_by_length
 from seqpack_cli.prepare.cluster.groups import (
     GroupHistogram,
     HistogramTotal,
+    balanced_groups,
     check_ranges,
     footer_chunks,
     group_rows,
@@ -125,6 +126,34 @@ def test_file_groups_cover_every_file_once_in_order(rows, target) -> None:
         assert group.num_rows <= target or len(group.files) == 1
         if after is not None:  # as many files as fit
             assert group.num_rows + after.files[0].num_rows > target
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    rows=st.lists(st.integers(0, 60), min_size=1, max_size=40),
+    threads=st.integers(1, 5),
+    most=st.integers(1, 120),
+)
+def test_balanced_groups_keep_every_thread_busy_within_bounds(rows, threads, most) -> None:
+    """Every file once, in order; each group within `max_group_rows` unless it is one file."""
+    tuning = ClusterTuning(max_group_rows=most)
+    groups = balanced_groups(_files(rows), threads, tuning)
+    assert [f for g in groups for f in g.files] == _files(rows)
+    assert [g.index for g in groups] == list(range(len(groups)))
+    assert all(g.first_row == sum(rows[: g.first_file]) for g in groups)
+    assert all(g.num_rows <= most or len(g.files) == 1 for g in groups)
+
+
+def test_balanced_groups_make_whole_waves() -> None:
+    """1e8 rows in 64 files on 2 threads: 16 groups of 4 files (8 whole waves), where packing
+    files up to 8.4M rows makes 13 (the last wave half idle)."""
+    rows = [1_562_500] * 64
+    assert len(plan_groups(_files(rows), group_rows(10**8, 2, ClusterTuning()))) == 13
+    groups = balanced_groups(_files(rows), 2, ClusterTuning())
+    assert len(groups) == 16
+    assert {len(g.files) for g in groups} == {4}
+    assert len(balanced_groups(_files([10] * 8), 4, ClusterTuning())) == 8  # 2 per thread
+    assert len(balanced_groups(_files(rows), 2, ClusterTuning(group_rows=7))) == 64
 
 
 def test_group_sizes_follow_the_threads_within_bounds() -> None:

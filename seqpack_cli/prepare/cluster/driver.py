@@ -36,12 +36,11 @@ from seqpack_cli.prepare.cluster.groups import (
     GroupCounts,
     GroupHistogram,
     HistogramTotal,
+    balanced_groups,
     check_ranges,
     footer_chunks,
-    group_rows,
     kept_counts,
     merge_units,
-    plan_groups,
 )
 from seqpack_cli.prepare.cluster.merge import RunEncoding
 from seqpack_cli.prepare.cluster.merge_tasks import (
@@ -222,9 +221,7 @@ class ClusterEngine:
         """The histogram tasks; as each group's histogram arrives, the group's pools task is
         submitted (it needs only that group's counts), so the workers go on with the pools while
         the driver adds the histograms up, checks them and packs the templates."""
-        num_rows = sum(file.num_rows for file in files)
-        target = group_rows(num_rows, self.cluster.num_threads, self.tuning)
-        self._groups = plan_groups(files, target)
+        self._groups = balanced_groups(files, self.cluster.num_threads, self.tuning)
         settings = self._settings()
         column = self.config.length_column
         calls = [(group_histogram, (g, column, settings), g.num_rows) for g in self._groups]

@@ -25,6 +25,7 @@ __all__ = [
     "GroupHistogram",
     "HistogramTotal",
     "MergeUnit",
+    "balanced_groups",
     "check_ranges",
     "footer_chunks",
     "group_rows",
@@ -79,6 +80,46 @@ def plan_groups(files: Sequence[InputFile], target_rows: int) -> list[FileGroup]
     if files:
         groups.append(FileGroup(len(groups), tuple(files[first:]), first, first_row))
     return groups
+
+
+def _cut(files: Sequence[InputFile], num_groups: int) -> list[FileGroup]:
+    """Consecutive files in about `num_groups` groups of about equal rows: each file goes to the
+    group its middle row falls in (groups left empty are dropped)."""
+    total = max(1, sum(file.num_rows for file in files))
+    groups: list[FileGroup] = []
+    first, first_row, row, current = 0, 0, 0, 0
+    for index, file in enumerate(files):
+        target = min(num_groups - 1, (2 * row + file.num_rows) * num_groups // (2 * total))
+        if index > first and target != current:
+            groups.append(FileGroup(len(groups), tuple(files[first:index]), first, first_row))
+            first, first_row = index, row
+        current = target
+        row += file.num_rows
+    if files:
+        groups.append(FileGroup(len(groups), tuple(files[first:]), first, first_row))
+    return groups
+
+
+def balanced_groups(
+    files: Sequence[InputFile], num_threads: int, tuning: ClusterTuning
+) -> list[FileGroup]:
+    """The file groups of a run: with `tuning.group_rows`, as many files in each as fit it
+    (`plan_groups`); otherwise a multiple of `num_threads` groups of about equal rows, each at
+    most `max_group_rows` (unless a file alone is larger), so that every wave of tasks keeps
+    every thread busy: 13 groups on 2 threads would leave one idle for the last task."""
+    if tuning.group_rows is not None:
+        return plan_groups(files, tuning.group_rows)
+    total = sum(file.num_rows for file in files)
+    threads = max(1, num_threads)
+    wanted = math.ceil(total / group_rows(total, threads, tuning)) if total else 1
+    count = math.ceil(wanted / threads) * threads
+    while True:
+        groups = _cut(files, count)
+        if all(g.num_rows <= tuning.max_group_rows or len(g.files) == 1 for g in groups):
+            return groups
+        if count >= len(files):
+            return plan_groups(files, tuning.max_group_rows)  # files too uneven to cut evenly
+        count = math.ceil(count * 5 / 4 / threads) * threads  # a few tries even for 1e5 files
 
 
 @dataclass(frozen=True)
