@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import time
 from collections import Counter
+from dataclasses import replace
 
 import numpy as np
 import pytest
@@ -455,7 +456,9 @@ def test_bounds_of_lengths_in_any_order_equal_the_histograms(case, cap, rng) -> 
         max_seq_len,
         cap,
     )
-    assert got == lower_bounds(sorted(histogram.items(), reverse=True), max_seq_len, cap)
+    # (an LP bound an earlier test remembered for the same histogram may have joined in)
+    cheap = replace(got, by_lp=None)
+    assert cheap == lower_bounds(sorted(histogram.items(), reverse=True), max_seq_len, cap)
 
 
 @settings(max_examples=100, deadline=None)

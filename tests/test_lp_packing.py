@@ -15,7 +15,8 @@ import pytest
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
-from seqpack_cli.packing import histogram, lp, lp_rounding
+from seqpack_cli.errors import ConfigError
+from seqpack_cli.packing import coarsening, histogram, lp, lp_rounding
 from seqpack_cli.packing.bounds import LowerBound, lower_bounds_of_lengths
 from seqpack_cli.packing.efficiency import PackingStats
 from seqpack_cli.packing.histogram import (
@@ -435,3 +436,81 @@ def test_large_capped_histogram_bound_is_certified_near_the_packing() -> None:
     bins = sum(packed.values())
     # the cheap bound is the counting one, far below; the packing proves the bound near-tight
     assert cheap * 1.01 < bound <= bins <= bound * 1.001
+
+
+# ---- coarse levels, pricing read-back, the effort -----------------------------------------------
+
+
+@st.composite
+def length_histograms(draw):
+    """Distinct ascending lengths with counts, as the LP's arrays."""
+    lengths = sorted(draw(st.lists(st.integers(1, 5000), min_size=1, max_size=60, unique=True)))
+    counts = draw(st.lists(st.integers(1, 10**6), min_size=len(lengths), max_size=len(lengths)))
+    return np.array(lengths, dtype=np.int64), np.array(counts, dtype=np.int64)
+
+
+@settings(max_examples=80, deadline=None)
+@given(length_histograms(), st.sampled_from([0.0, 1e-4, 1e-3, 1e-2, 0.5]))
+def test_groups_by_loss_are_runs_within_the_loss(case, loss) -> None:
+    lengths, counts = case
+    group_of = coarsening.groups_by_loss(lengths, counts, loss)
+    assert group_of[0] == 0 and np.all(np.diff(group_of) >= 0) and np.all(np.diff(group_of) <= 1)
+    longest = np.flatnonzero(np.r_[group_of[1:] != group_of[:-1], True])
+    added = float(counts @ (lengths[longest][group_of] - lengths))
+    tokens = float(lengths @ counts)
+    # within the loss, unless even a per-group limit under one token exceeds it (then groups
+    # only merge lengths whose rounding adds nothing)
+    assert added <= loss * tokens or added == 0
+    if loss == 0:
+        assert len(longest) == len(lengths)
+
+
+@settings(max_examples=80, deadline=None)
+@given(length_histograms(), st.data())
+def test_fitted_templates_fit_and_keep_the_longest(case, data) -> None:
+    lengths, _ = case
+    max_seq_len = int(lengths[-1]) + data.draw(st.integers(0, 5000))
+    items = np.array(
+        data.draw(st.lists(st.integers(0, len(lengths) - 1), min_size=1, max_size=8)), np.int64
+    )
+    copies = np.array(
+        data.draw(st.lists(st.integers(1, 3), min_size=len(items), max_size=len(items)))
+    )
+    kept, ones = coarsening.fitted(items, copies, lengths, max_seq_len)
+    assert int(lengths[kept].sum()) <= max_seq_len and np.all(ones == 1)
+    every = np.sort(np.repeat(lengths[items], copies))[::-1]
+    # the longest ones are kept, as many as fit one after another
+    assert lengths[kept].tolist() == every[: len(kept)].tolist()
+    assert len(kept) == len(every) or int(lengths[kept].sum() + every[len(kept)]) > max_seq_len
+
+
+@settings(max_examples=60, deadline=None)
+@given(small_histograms(max_lengths=8), caps, st.data())
+def test_pricing_templates_hold_their_length_and_fit(case, cap, data) -> None:
+    max_seq_len, histogram = case
+    lengths = np.array(sorted(histogram), dtype=np.int64)
+    values = np.array(
+        data.draw(st.lists(st.floats(0, 1), min_size=len(lengths), max_size=len(lengths)))
+    )
+    pricing = price_templates(lengths, values, max_seq_len, cap)
+    for item, template in enumerate(pricing.templates):
+        assert template is not None
+        items, copies = template
+        assert item in items.tolist() and np.all(np.diff(items) > 0) and np.all(copies >= 1)
+        assert int(lengths[items] @ copies) <= max_seq_len
+        assert cap is None or int(copies.sum()) <= cap
+
+
+@pytest.mark.parametrize("effort", [0, -1, 1.5, "0.5", True, float("nan")])
+def test_lp_effort_out_of_range_is_refused(effort) -> None:
+    with pytest.raises(ConfigError, match="lp_effort"):
+        pack_length_histogram_batched({100: 3}, 512, lp_effort=effort)
+
+
+def test_lower_lp_effort_still_packs_within_the_limits() -> None:
+    histogram = code_like(2048, 200_000)
+    greedy = sum(pack_length_histogram_greedy(histogram, 2048, max_seqs_per_bin=4).values())
+    quick = pack_length_histogram_batched(histogram, 2048, max_seqs_per_bin=4, lp_effort=0.1)
+    assert_valid_packing(quick, histogram, 2048, 4)
+    bound = lp_lower_bound(histogram, 2048, max_seqs_per_bin=4)
+    assert bound <= sum(quick.values()) < greedy

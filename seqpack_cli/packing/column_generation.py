@@ -4,7 +4,14 @@ The restricted LP covers every length's count with templates of the pool (`min Î
 `A x >= counts`, x >= 0) and is solved by HiGHS through `scipy.optimize.linprog`: by the interior
 point method without crossover while generating (its duals are well centred, which takes a
 handful of rounds where vertex duals take dozens), and with crossover at the end, for a vertex
-solution, which uses few templates (the rounding loses less).
+solution, which uses few templates (the rounding loses less). That last solve runs on the
+templates the interior solution uses and the last round's new ones only (a fraction of the pool:
+crossover costs several times less), and the pool keeps every template in use.
+
+Before the first round, the pool gets the best templates under the duals of the cheap bound (a
+token worth 1 / max_seq_len of a bin, or a sequence 1 / cap): full bins, most of an optimal
+solution where that bound is tight, which spares the first rounds. (Dual smoothing around that
+point (Wentges) and more templates per round were measured too: no fewer rounds here.)
 
 A round prices every template under the duals (`seqpack_cli.packing.pricing`): the best template
 holding each length joins the pool where it is worth more than a bin, and Farley's bound
@@ -41,7 +48,8 @@ Template = tuple[np.ndarray, np.ndarray]  # (item indices, ascending; copies of 
 # method's duals are accurate to about 1e-8, a vertex's to about 1e-9.
 _REDUCED_COST_INTERIOR = 1e-7
 _REDUCED_COST_VERTEX = 1e-9
-_POOL_PER_LENGTH = 4  # the pool keeps about this many templates per distinct length
+_POOL_PER_LENGTH = 2  # the pool keeps about this many templates per distinct length
+_IN_USE = 1e-7  # an interior solution's template is in use above this share of the largest
 # The work model of a round, in seconds of this project's reference machine (a deterministic
 # estimate from the sizes, never a clock): the interior point method per nonzero of the
 # restricted LP and per 1,024 lengths (rows), and the pricing per cell of its dynamic program.
@@ -69,6 +77,7 @@ class LPSolution:
     bound: int
     optimal: bool
     rounds: int
+    work: float = 0.0  # the estimated work spent (`ColumnGeneration`'s model), its levels' too
 
 
 class ColumnGeneration:
@@ -127,14 +136,25 @@ class ColumnGeneration:
         optimal = False
         rounds = 0
         spent = 0.0
+        # the last interior solution's templates in use, and those added since
+        support: np.ndarray | None = None
+        # the pool starts with the best templates under the duals of the cheap bound: mostly
+        # full bins, the bulk of an optimal solution where that bound is tight (not where no
+        # round would follow: they would only make the final solve costlier, for nothing)
+        if 2 * self._pricing_work() + 1.5 * self._solve_work() <= self.work_budget:
+            self.add(self._price(self._cheap_bound_duals(), -np.inf))
+            spent += self._pricing_work()
         for rounds in range(1, self.max_rounds + 1):
             solve_work = self._solve_work()
             round_work = solve_work + self._pricing_work()
-            if spent + round_work + 1.5 * solve_work > self.work_budget:
+            if spent + round_work + 0.5 * solve_work > self.work_budget:
                 rounds -= 1  # no room for this round and the final solve (with crossover)
                 break
             spent += round_work
-            value, duals, _ = self.solve(interior=True)
+            value, duals, bins = self.solve(interior=True)
+            # an interior solution uses every template a little: "in use" is above a fraction
+            in_use = bins > _IN_USE * max(float(bins.max(initial=0.0)), 1.0)
+            support = np.flatnonzero(in_use)
             if self._close(value) or self._worthless(value):
                 break
             new = self._price(duals, _REDUCED_COST_INTERIOR)
@@ -151,9 +171,13 @@ class ColumnGeneration:
             if not new:
                 optimal = True  # no template is worth more than a bin: the LP optimum
                 break
-            self._prune(duals)
+            in_use = self._prune(duals, in_use)
+            kept = len(self.templates)
             if not self.add(new):
                 break  # all in the pool already: the duals are as accurate as they get
+            support = np.r_[np.flatnonzero(in_use[:kept]), kept : len(self.templates)]
+        if support is not None:
+            self._restrict(support)
         value, duals, multiplicities = self.solve(interior=False)
         for _ in range(self.polish_rounds):
             if value <= self.bound:
@@ -176,6 +200,7 @@ class ColumnGeneration:
             self.bound,
             optimal or value <= self.bound,
             rounds,
+            spent + self._solve_work(),
         )
 
     def solve(self, *, interior: bool) -> tuple[float, np.ndarray, np.ndarray]:
@@ -205,6 +230,14 @@ class ColumnGeneration:
         duals = np.maximum(-np.asarray(result.ineqlin.marginals, dtype=np.float64), 0.0)
         multiplicities = np.asarray(result.x[:num_templates], dtype=np.float64) * self._scale
         return float(result.fun) * self._scale, duals, multiplicities
+
+    def _cheap_bound_duals(self) -> np.ndarray:
+        """The duals of the cheap bound by volume (a token is worth 1 / max_seq_len of a bin)
+        or, where larger, by number (a sequence is worth 1 / cap)."""
+        tokens = float(self.lengths.astype(np.float64) @ self.counts)
+        if self.cap is not None and float(self.counts.sum()) * self.max_seq_len > tokens * self.cap:
+            return np.full(len(self.lengths), 1.0 / self.cap)
+        return self.lengths / float(self.max_seq_len)
 
     def _solve_work(self) -> float:
         """The estimated work of solving the restricted LP over the pool as it is."""
@@ -241,7 +274,7 @@ class ColumnGeneration:
 
     def _price(self, duals: np.ndarray, reduced_cost: float) -> list[Template]:
         """Price the templates under `duals`: raise the bound (Farley) and return the best
-        template holding each length, where it is worth more than a bin."""
+        template holding each length, where it is worth more than 1 + `reduced_cost` bins."""
         pricing = price_templates(self.lengths, duals, self.max_seq_len, self.cap)
         if pricing.best_units > 0:
             units = pricing.quantized.units.tolist()
@@ -256,19 +289,34 @@ class ColumnGeneration:
                 new.append(template)
         return new
 
-    def _prune(self, duals: np.ndarray) -> None:
-        """Keep the pool to about `_POOL_PER_LENGTH` templates per length: drop those worth
-        least under `duals`, the singletons aside (they keep the restricted LP feasible)."""
+    def _restrict(self, support: np.ndarray) -> None:
+        """Keep only the singletons and the templates of `support` (indices, ascending): the
+        final vertex solve then runs on the interior solution's templates and the last round's
+        new ones, a fraction of the pool (crossover costs a few times less)."""
         n = len(self.lengths)
-        limit = _POOL_PER_LENGTH * n
-        if len(self.templates) <= limit:
-            return
-        worth = np.array([float(duals[items] @ copies) for items, copies in self.templates[n:]])
-        order = np.argsort(-worth, kind="stable") + n
-        for i in order[limit - n :].tolist():  # dropped: a later round may bring one back
+        keep = np.union1d(np.arange(n), support)
+        for i in np.setdiff1d(np.arange(len(self.templates)), keep).tolist():
             self._seen.discard(_template_key(*self.templates[i]))
-        keep = np.sort(np.concatenate((np.arange(n), order[: limit - n])))
         self.templates = [self.templates[i] for i in keep.tolist()]
+
+    def _prune(self, duals: np.ndarray, in_use: np.ndarray) -> np.ndarray:
+        """Keep the singletons (they keep the restricted LP feasible), the templates `in_use`
+        (its value) and, of the others, the `_POOL_PER_LENGTH` per length worth most under
+        `duals`; returns `in_use` of the templates kept."""
+        n = len(self.lengths)
+        spare = np.flatnonzero(~in_use[n:]) + n
+        limit = _POOL_PER_LENGTH * n
+        if len(spare) <= limit:
+            return in_use
+        worth = np.array([float(duals[self.templates[i][0]] @ self.templates[i][1]) for i in spare])
+        order = spare[np.argsort(-worth, kind="stable")]
+        for i in order[limit:].tolist():  # dropped: a later round may bring one back
+            self._seen.discard(_template_key(*self.templates[i]))
+        keep = np.sort(
+            np.concatenate((np.arange(n), np.flatnonzero(in_use[n:]) + n, order[:limit]))
+        )
+        self.templates = [self.templates[i] for i in keep.tolist()]
+        return in_use[keep]
 
 
 def _template_key(items: np.ndarray, copies: np.ndarray) -> bytes:

@@ -20,6 +20,7 @@ from collections import Counter
 from collections.abc import Callable, Iterable, Mapping
 
 from seqpack_cli.checks import check_max_seqs_per_bin, validate_length_counts
+from seqpack_cli.errors import ConfigError, option
 from seqpack_cli.packing.bounds import lower_bound, lower_bounds
 from seqpack_cli.packing.fit import bfd_groups, ffd_groups
 from seqpack_cli.packing.groups import BinTemplate, Group, count_bins, group_templates
@@ -136,7 +137,11 @@ def pack_length_histogram_mffd(
 
 
 def pack_length_histogram_batched(
-    length_counts: LengthCounts, max_seq_len: int, *, max_seqs_per_bin: int | None = None
+    length_counts: LengthCounts,
+    max_seq_len: int,
+    *,
+    max_seqs_per_bin: int | None = None,
+    lp_effort: float = 1.0,
 ) -> Counter[BinTemplate]:
     """Pack a length histogram into bin templates: the engine; its cost does not grow with N.
 
@@ -144,12 +149,16 @@ def pack_length_histogram_batched(
     bound (`lower_bound_bins`), it also packs from the LP relaxation
     (`seqpack_cli.packing.lp_rounding`: column generation, rounding, the greedy engine on what
     is left) and keeps that packing when it has fewer bins. So the result never has more bins
-    than the greedy engine's, and is at the bound or near the LP optimum.
+    than the greedy engine's, and is at the bound or near the LP optimum. `lp_effort` (0 to 1):
+    the share of the LP's work budget to spend; less packs faster, a little farther from the
+    optimum (the `max_seq_len` sweep of `seqpack stats`, which packs many histograms, spends
+    half).
     Raises `InputError` for a length outside [1, max_seq_len] and `ConfigError` for a bad
-    `max_seq_len` or `max_seqs_per_bin`.
+    `max_seq_len`, `max_seqs_per_bin` or `lp_effort`.
     """
     items = validate_length_counts(length_counts, max_seq_len)
     cap = check_max_seqs_per_bin(max_seqs_per_bin)
+    effort = _check_effort(lp_effort)
     if not items:
         return Counter()
     greedy = _pack_greedy(items, max_seq_len, cap)
@@ -161,10 +170,24 @@ def pack_length_histogram_batched(
     def finish(rest: list[tuple[int, int]]) -> Counter[BinTemplate]:
         return _pack_greedy(rest, max_seq_len, cap)
 
-    packed = pack_with_lp(items, max_seq_len, cap, greedy, finish)
+    packed = pack_with_lp(items, max_seq_len, cap, greedy, finish, effort=effort)
     packed_bins = sum(packed.values())
     logger.debug("greedy %d bins, LP packing %d (cheap bound %d)", greedy_bins, packed_bins, bound)
     return packed if packed_bins < greedy_bins else greedy
+
+
+def _check_effort(lp_effort: object) -> float:
+    """`lp_effort` as a float in (0, 1], or `ConfigError`."""
+    if (
+        isinstance(lp_effort, bool)
+        or not isinstance(lp_effort, int | float)
+        or not 0 < lp_effort <= 1
+    ):
+        raise ConfigError(
+            f"{option('lp_effort')} is {lp_effort!r}; expected a number in (0, 1], "
+            "e.g. 0.25 for a quicker LP packing, 1 (the default) for the closest to the optimum"
+        )
+    return float(lp_effort)
 
 
 def pack_length_histogram_greedy(

@@ -10,17 +10,19 @@ templates) and a lower bound at least as strong as the cheap ones of
 
 Coarse to fine: column generation on thousands of lengths needs many rounds, each a restricted LP
 over thousands of rows. A histogram of more than `_COARSEN_ABOVE` lengths therefore first solves
-the LP of its lengths rounded up to multiples of 4 tokens, in units of 4 tokens (recursively),
-where rounds are cheap (at most a quarter of the rows, a bin a quarter as long to price), and
-starts its own pool from the templates of that solution (a rounded-up template fits the
-originals).
+the LP of a coarser histogram, its lengths rounded up in groups that add at most `_MID_LOSS` of
+its tokens (`seqpack_cli.packing.coarsening`; recursively, each level `_LOSS_GROWTH` times
+coarser), where rounds are cheaper, and starts its own pool from the templates of that solution
+(a rounded-up template fits the originals; the greedy packing's templates start each level,
+their shortest sequences taken out where they no longer fit).
 
 Each level stops once the restricted LP is within a gap of the bound (tiny for small histograms:
-the LP optimum; a fraction of the packer's 0.1% target for large ones; more for coarse levels,
-which only give the next one a start) or at a work limit (`_WORK_LONGEST`): work estimated from
-the sizes, never a clock, so that the result is the same on every machine. On thousands of
-lengths with a cap a round costs a second or more, and the histogram's own level may afford one
-or none (its restricted LP then solved once, over the coarse level's templates, the greedy
+the LP optimum; a fraction of the packer's 0.1% target for large ones; about half their rounding
+loss for coarse levels, which only give the next one a start) or at a work limit: the levels
+share one budget (`_WORK_LONGEST`, the coarser ones up to `_COARSE_SHARE` of it), work
+estimated from the sizes, never a clock, so that the result is the same on every machine. On
+thousands of lengths a round costs a second or more, and the histogram's own level may afford
+one or none (its restricted LP then solved once, over the coarse level's templates, the greedy
 packing's and the singletons): its bound would then stay the cheap one. Where the cap binds
 (`_cap_binds`), a relaxation bounds it instead (`relaxed_bound`): lengths rounded down to
 multiples of a few tokens, an LP of at most ~1,024 lengths that converges in a few rounds, within
@@ -38,6 +40,7 @@ from typing import Any
 import numpy as np
 
 from seqpack_cli.packing.bounds import remember_lp_bound
+from seqpack_cli.packing.coarsening import fitted, groups_by_loss, merge_copies
 from seqpack_cli.packing.column_generation import ColumnGeneration, LPSolution, Template
 
 __all__ = ["LPSolution", "lp_lower_bound", "solve_lp"]
@@ -45,17 +48,26 @@ __all__ = ["LPSolution", "lp_lower_bound", "solve_lp"]
 logger = logging.getLogger(__name__)
 
 _COARSEN_ABOVE = 600
-_MERGE = 4  # a coarser level rounds lengths up to multiples of this many tokens
 _MAX_ROUNDS = 40
-# The estimated work (`column_generation`'s model: seconds of the reference machine) each
-# level's rounds may take: _WORK_LONGEST for bins of _WORK_LONGEST_AT tokens and more, less for
-# shorter bins (by the square root of the ratio), whose histograms pack in less.
-_WORK_LONGEST = 4.0
+# The estimated work (`column_generation`'s model: seconds of the reference machine) the
+# levels' rounds may take in all: _WORK_LONGEST for bins of _WORK_LONGEST_AT tokens and more,
+# less for shorter bins (by the ratio to the power 1.25, down to _WORK_LEAST_SHARE of it), whose
+# histograms pack in less. The histogram's coarser levels may take _COARSE_SHARE of it (its own
+# level, on thousands of lengths, rarely affords a round: its final solve is what it needs), and
+# each coarse level passes _COARSER_SHARE of its own on to the next.
+_WORK_LONGEST = 6.0
 _WORK_LONGEST_AT = 8192
+_WORK_LEAST_SHARE = 0.15
+_COARSE_SHARE = 0.95
+_COARSER_SHARE = 0.6
 _GAP_EXACT = 1e-9  # small histograms: the LP optimum (then polished on vertex duals)
 _POLISH_ROUNDS = 10
 _GAP_FINE = 1e-4  # large ones: well within the packer's 0.1% target
-_GAP_COARSE = 1e-3  # coarse levels: a start for the next
+# The level just below a large histogram's own: lengths rounded up in groups that add at most
+# this share of the tokens (`coarsening.groups_by_loss`); each level below, _LOSS_GROWTH times
+# more.
+_MID_LOSS = 1e-3
+_LOSS_GROWTH = 4.0
 # The relaxation that bounds large capped histograms: at most this many units per bin, and
 # this share of the level's work.
 _RELAXED_UNITS = 1024
@@ -88,20 +100,24 @@ def solve_lp(
     max_seq_len: int,
     cap: int | None,
     initial: list[Template] | None = None,
+    *,
+    effort: float = 1.0,
 ) -> LPSolution:
     """The LP relaxation of the histogram (`lengths` distinct and ascending, `counts` > 0).
 
     `initial`: templates to start the pool with (e.g. the greedy packing's), as (item indices,
-    copies). The solution is kept for the next call with the same arguments (the solution
-    depends on them all: a call never gets one started from other templates), and its bound is
-    remembered (`bounds.remember_lp_bound`) for the reports of that histogram.
+    copies). `effort`: the share of the work budget to spend (0 < effort <= 1). The solution is
+    kept for the next call with the same arguments (the solution depends on them all: a call
+    never gets one started from other templates), and its bound is remembered
+    (`bounds.remember_lp_bound`) for the reports of that histogram.
     """
-    key = _key(lengths, counts, max_seq_len, cap, initial or [])
+    key = (effort, *_key(lengths, counts, max_seq_len, cap, initial or []))
     cached = _CACHE.get(key)
     if cached is not None:
         return cached
-    work = _WORK_LONGEST * min(1.0, max_seq_len / _WORK_LONGEST_AT) ** 0.5
-    solution = _solve_level(lengths, counts, max_seq_len, cap, initial or [], work, finest=True)
+    share = max(_WORK_LEAST_SHARE, min(1.0, max_seq_len / _WORK_LONGEST_AT) ** 1.25)
+    work = _WORK_LONGEST * share * effort
+    solution = _solve_level(lengths, counts, max_seq_len, cap, initial or [], work)
     logger.debug(
         "LP of %d lengths: %.3f bins, bound %d (%d rounds%s)",
         len(lengths),
@@ -124,14 +140,14 @@ def _solve_level(
     cap: int | None,
     initial: list[Template],
     work: float,
-    *,
-    finest: bool,
+    loss: float = 0.0,
 ) -> LPSolution:
     """Column generation on one level, its pool started with a template per length alone (the
-    restricted LP is always feasible), `initial` and, when large, the coarser level's."""
+    restricted LP is always feasible), `initial` and, when large, the coarser level's. `loss`:
+    0 on the histogram's own level, else the share of the tokens its rounding up may add."""
     num_lengths = len(lengths)
-    if not finest:
-        gap = _GAP_COARSE  # a start for the next level is all it gives
+    if loss > 0:  # a coarser level, its lengths rounded up: the next level's start
+        gap = max(_GAP_FINE, loss / 2)
     elif num_lengths <= _COARSEN_ABOVE:
         gap = _GAP_EXACT
     else:
@@ -153,10 +169,19 @@ def _solve_level(
     solver.add([(np.array([i]), np.array([c])) for i, c in enumerate(copies.tolist())])
     solver.add(initial)
     if num_lengths > _COARSEN_ABOVE:
-        coarse = _coarse_start(solver.lengths, solver.counts, max_seq_len, cap, initial, work)
+        coarse, spent = _coarse_start(
+            solver.lengths,
+            solver.counts,
+            max_seq_len,
+            cap,
+            initial,
+            work * (_COARSE_SHARE if loss == 0 else _COARSER_SHARE),
+            loss * _LOSS_GROWTH if loss else _MID_LOSS,
+        )
+        solver.work_budget = work - spent  # what the coarser levels left
         solver.add(coarse)
         if (
-            finest
+            loss == 0
             and cap is not None
             and _cap_binds(solver.lengths, solver.counts, max_seq_len, cap)
         ):
@@ -170,7 +195,9 @@ def _solve_level(
                 known=solver.bound,
             )
             solver.bound = max(solver.bound, relaxed)
-    return solver.run()
+    solution = solver.run()
+    solution.work += work - solver.work_budget
+    return solution
 
 
 def _cap_binds(lengths: np.ndarray, counts: np.ndarray, max_seq_len: int, cap: int) -> bool:
@@ -226,7 +253,7 @@ def relaxed_bound(
     )
     copies = np.minimum(capacity // np.maximum(units, 1), cap)
     solver.add([(np.array([i]), np.array([c])) for i, c in enumerate(copies.tolist())])
-    solver.add(_merge_copies([(group[items], copies) for items, copies in start or []]))
+    solver.add(merge_copies([(group[items], copies) for items, copies in start or []]))
     solution = solver.run()
     logger.debug(
         "relaxed LP of %d lengths (units of %d tokens): %.3f bins, bound %d (%d rounds)",
@@ -246,42 +273,33 @@ def _coarse_start(
     cap: int | None,
     initial: list[Template],
     work: float,
-) -> list[Template]:
-    """The templates used by the LP of the coarser histogram: lengths rounded up to multiples
-    of `_MERGE` tokens, in units of `_MERGE` (max_seq_len rounded down), so that a coarse
-    template holding the longest length of each merged group fits max_seq_len. The coarse
-    level prices a `_MERGE` times shorter bin and has up to that many times fewer lengths;
-    `initial`'s templates start it where they still fit once rounded up."""
-    units = -(-lengths // _MERGE)
-    longest = np.flatnonzero(np.r_[units[1:] != units[:-1], True])  # each group's longest
+    loss: float,
+) -> tuple[list[Template], float]:
+    """The templates used by the LP of a coarser histogram, and the work it took: groups of
+    consecutive lengths, each rounded up to its longest (a template of the coarse lengths fits
+    the originals they stand for), chosen so that the tokens added stay under `loss` of the
+    total (`groups_by_loss`): lengths with many sequences stay alone, rare ones share a group,
+    so that the coarse LP is within about `loss` of the histogram's and its templates pack it
+    nearly as well. `initial`'s templates start it (they fit, rounded up, where they did)."""
+    group_of = groups_by_loss(lengths, counts, loss)
+    longest = np.flatnonzero(np.r_[group_of[1:] != group_of[:-1], True])  # each group's longest
     merged_counts = np.add.reduceat(counts, np.r_[0, longest[:-1] + 1])
-    coarse_len = max_seq_len // _MERGE
-    group_of = np.cumsum(np.r_[0, units[1:] != units[:-1]])  # length index -> group
-    fitting = []
-    for items, copies in initial:  # the initial templates that still fit, rounded up
-        if int(units[items] @ copies) <= coarse_len:
-            fitting.append((group_of[items], copies))
+    coarse_lengths = lengths[longest]
+    fitting = [fitted(group_of[i], c, coarse_lengths, max_seq_len) for i, c in initial]
+    fitting = [(items, copies) for items, copies in fitting if len(items)]
     coarse = _solve_level(
-        units[longest], merged_counts, coarse_len, cap, _merge_copies(fitting), work, finest=False
+        coarse_lengths, merged_counts, max_seq_len, cap, merge_copies(fitting), work, loss
     )
     logger.debug(
         "coarse LP of %d lengths: %.3f bins (%d rounds)", len(longest), coarse.value, coarse.rounds
     )
     # the templates of its vertex solution: a smaller pool for the (costlier) next level
-    return [
+    templates = [
         (longest[items], copies)
         for (items, copies), bins in zip(coarse.templates, coarse.multiplicities, strict=True)
         if bins > 0
     ]
-
-
-def _merge_copies(templates: list[Template]) -> list[Template]:
-    """Templates whose item indices may repeat (merged groups), with the copies added up."""
-    merged = []
-    for items, copies in templates:
-        unique, inverse = np.unique(items, return_inverse=True)
-        merged.append((unique, np.bincount(inverse, weights=copies).astype(np.int64)))
-    return merged
+    return templates, coarse.work
 
 
 # The last few solutions: the packer and the reports of one histogram share one.

@@ -48,9 +48,12 @@ def pack_with_lp(
     cap: int | None,
     start: Counter[BinTemplate],
     greedy: Greedy,
+    *,
+    effort: float = 1.0,
 ) -> Counter[BinTemplate]:
     """Pack `items` ((length, count), longest first) from the LP: column generation started
-    from the templates of `start` (a packing of the same items), then `round_lp_solution`."""
+    from the templates of `start` (a packing of the same items), with `effort` of its work
+    budget (`seqpack_cli.packing.lp.solve_lp`), then `round_lp_solution`."""
     lengths = np.array([length for length, _ in reversed(items)], dtype=np.int64)
     counts = np.array([count for _, count in reversed(items)], dtype=np.int64)
     index = {int(length): i for i, length in enumerate(lengths.tolist())}
@@ -59,7 +62,8 @@ def pack_with_lp(
         found = Counter(index[length] for length in template)
         keys = sorted(found)
         initial.append((np.array(keys, dtype=np.int64), np.array([found[k] for k in keys])))
-    return round_lp_solution(solve_lp(lengths, counts, max_seq_len, cap, initial), greedy)
+    solution = solve_lp(lengths, counts, max_seq_len, cap, initial, effort=effort)
+    return round_lp_solution(solution, greedy)
 
 
 def round_lp_solution(solution: LPSolution, greedy: Greedy) -> Counter[BinTemplate]:

@@ -120,13 +120,31 @@ def price_templates(
         else:
             rest_layers = np.argmax(table[:cap][:, room[chosen]], axis=0)
             starts = np.stack([rest_layers, room[chosen]])
-        found = _backtrack(table, lengths, starts, mask, index_bits, capped=cap is not None)
-        for row, item in enumerate(chosen.tolist()):
-            others = found[row]
-            items = np.concatenate(([item], others)) if others.size else np.array([item])
-            unique, copies = np.unique(items, return_counts=True)
-            templates[item] = (unique, copies)
+        rows, items = _backtrack(table, lengths, starts, mask, index_bits, capped=cap is not None)
+        rows = np.concatenate((np.arange(chosen.size), rows))  # each length itself, then the rest
+        items = np.concatenate((chosen, items))
+        read_back = _templates_of(rows, items, chosen.size)
+        for item, template in zip(chosen.tolist(), read_back, strict=True):
+            templates[item] = template
     return Pricing(quantized, best_units, item_units, templates)
+
+
+def _templates_of(
+    rows: np.ndarray, items: np.ndarray, num_rows: int
+) -> list[tuple[np.ndarray, np.ndarray]]:
+    """Each row's template, (item indices ascending, copies), from the (row, item) pairs of all
+    the rows at once (one sort, no per-row `np.unique`)."""
+    order = np.lexsort((items, rows))
+    rows, items = rows[order], items[order]
+    first = np.r_[True, (rows[1:] != rows[:-1]) | (items[1:] != items[:-1])]
+    starts = np.flatnonzero(first)
+    copies = np.diff(np.r_[starts, rows.size])
+    rows, items = rows[starts], items[starts]
+    bounds = np.searchsorted(rows, np.arange(num_rows + 1))
+    return [
+        (items[bounds[r] : bounds[r + 1]], copies[bounds[r] : bounds[r + 1]])
+        for r in range(num_rows)
+    ]
 
 
 def _capped_table(
@@ -189,9 +207,10 @@ def _backtrack(
     index_bits: int,
     *,
     capped: bool,
-) -> list[np.ndarray]:
+) -> tuple[np.ndarray, np.ndarray]:
     """The items of the templates stored at `starts` ((layer, capacity) per template; the
-    layer is ignored when uncapped), all walked back one item per step at once.
+    layer is ignored when uncapped), all walked back one item per step at once: (row, item)
+    pairs, the row numbering the templates of `starts`.
 
     A cell's item t was the last added to the best template of that cell, and the template
     without it is the best of the cell (layer - 1, capacity - l_t): an exact DP makes that
@@ -217,10 +236,5 @@ def _backtrack(
         if capped:
             layers[active] -= 1
     if not found_rows:
-        return [np.zeros(0, dtype=np.int64)] * capacity.size
-    all_rows = np.concatenate(found_rows)
-    all_items = np.concatenate(found_items)
-    order = np.argsort(all_rows, kind="stable")
-    all_rows, all_items = all_rows[order], all_items[order]
-    bounds = np.searchsorted(all_rows, np.arange(capacity.size + 1))
-    return [all_items[bounds[r] : bounds[r + 1]] for r in range(capacity.size)]
+        return np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64)
+    return np.concatenate(found_rows), np.concatenate(found_items)
