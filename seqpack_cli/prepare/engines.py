@@ -130,10 +130,13 @@ class LocalEngine:
         return {"name": "local"}
 
 
-def open_engine(config: PrepareConfig, *, progress: ProgressCallback | None = None) -> Engine:
-    """The engine `config.engine` names, not yet entered."""
+def open_engine(
+    config: PrepareConfig, *, progress: ProgressCallback | None = None, write_pools: bool = True
+) -> Engine:
+    """The engine `config.engine` names, not yet entered. `write_pools=False`: an engine that
+    can (Dask's) runs the pools pass's checks but leaves the pools to the caller (split)."""
     if config.engine == "dask":
         from seqpack_cli.prepare.cluster.driver import ClusterEngine
 
-        return ClusterEngine(config, progress=progress)
+        return ClusterEngine(config, progress=progress, write_pools=write_pools)
     return LocalEngine(config, progress=progress)

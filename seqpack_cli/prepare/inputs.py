@@ -17,10 +17,10 @@ import stat
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 
-from seqpack_cli.errors import InputError
+from seqpack_cli.errors import ConfigError, InputError, option
 from seqpack_cli.prepared.siblings import is_sibling_of
 
-__all__ = ["GLOB_CHARS", "PARQUET_SUFFIXES", "not_regular", "resolve_inputs"]
+__all__ = ["GLOB_CHARS", "PARQUET_SUFFIXES", "check_outside", "not_regular", "resolve_inputs"]
 
 logger = logging.getLogger(__name__)
 
@@ -331,3 +331,26 @@ def resolve_inputs(
     files = _read_once(found, skipped)
     skipped.log()
     return files
+
+
+def _literal_part(path: str) -> str:
+    """A path, or the folder part of a glob pattern before its first wildcard."""
+    if os.path.exists(path):
+        return path
+    parts = Path(path).parts
+    fixed = itertools.takewhile(lambda part: not any(c in part for c in "*?["), parts)
+    return os.path.join(".", *fixed)
+
+
+def check_outside(output: Path, inputs: Sequence[str | os.PathLike[str]]) -> None:
+    """Refuse inputs inside the output directory (real paths compared): replacing the output
+    would delete them."""
+    inside = os.path.realpath(output)
+    for item in inputs:
+        real = os.path.realpath(_literal_part(os.fspath(item)))
+        if real == inside or real.startswith(inside.rstrip(os.sep) + os.sep):
+            raise ConfigError(
+                f"input {os.fspath(item)} lies inside the output directory {output}, which "
+                f"prepare replaces as a whole; move the inputs out of it, or choose another "
+                f"{option('output')}"
+            )

@@ -14,9 +14,7 @@ split it checks as truncate, then cuts that store and rewrites the pools (`clust
 from __future__ import annotations
 
 import dataclasses
-import itertools
 import logging
-import os
 import time
 from collections import Counter
 from collections.abc import Mapping, Sequence
@@ -25,7 +23,7 @@ from typing import Any
 
 from seqpack_cli import __version__
 from seqpack_cli.checks import MAX_SEQ_LEN_LIMIT
-from seqpack_cli.errors import ConfigError, InputError, option
+from seqpack_cli.errors import InputError, option
 from seqpack_cli.prepare.config import OVER_CAP, PACKERS, PrepareConfig, over_cap_option
 from seqpack_cli.prepared import (
     COUNTS_NAME,
@@ -196,29 +194,6 @@ def _manifest(
     }
 
 
-def _literal_part(path: str) -> str:
-    """A path, or the folder part of a glob pattern before its first wildcard."""
-    if os.path.exists(path):
-        return path
-    parts = Path(path).parts
-    fixed = itertools.takewhile(lambda part: not any(c in part for c in "*?["), parts)
-    return os.path.join(".", *fixed)
-
-
-def _check_outside(output: Path, inputs: Sequence[str | os.PathLike[str]]) -> None:
-    """Refuse inputs inside the output directory (real paths compared): replacing the output
-    would delete them."""
-    inside = os.path.realpath(output)
-    for item in inputs:
-        real = os.path.realpath(_literal_part(os.fspath(item)))
-        if real == inside or real.startswith(inside.rstrip(os.sep) + os.sep):
-            raise ConfigError(
-                f"input {os.fspath(item)} lies inside the output directory {output}, which "
-                f"prepare replaces as a whole; move the inputs out of it, or choose another "
-                f"{option('output')}"
-            )
-
-
 def _write_store(
     writer: PreparedWriter,
     paths: Sequence[Path],
@@ -279,16 +254,23 @@ def _plan(
 
 
 def _two_passes(
-    writer: PreparedWriter, engine: Any, files: Sequence[Any], config: PrepareConfig, started: float
+    writer: PreparedWriter,
+    engine: Any,
+    files: Sequence[Any],
+    config: PrepareConfig,
+    started: float,
+    *,
+    plan: bool = True,
 ) -> tuple[dict[int, int], dict[int, int], dict[str, int], Counter[tuple[int, ...]], Any, Any]:
-    """The engine's histogram pass, the packing, and the engine's pools pass: (histogram, kept
-    lengths, over-cap counts, templates, stats, what the pools pass saw)."""
+    """The engine's histogram pass, the packing (unless `plan` is False: the caller packs other
+    lengths), and the engine's pools pass: (histogram, kept lengths, over-cap counts, templates,
+    stats, what the pools pass saw)."""
     histogram = engine.histogram(files, writer)
     logger.info(
         "histogram: %d distinct lengths (%.2fs)", len(histogram), time.perf_counter() - started
     )
     kept, over_cap = _apply_over_cap(histogram, config)
-    templates, stats = _plan(kept, config, started)
+    templates, stats = _plan(kept, config, started) if plan else (Counter(), None)
     scanned = engine.pools(files, kept, writer)
     logger.info("pools written (%.2fs)", time.perf_counter() - started)
     return histogram, kept, over_cap, templates, stats, scanned
@@ -305,15 +287,16 @@ def prepare_dataset(config: PrepareConfig, *, progress: ProgressCallback | None 
     or on the order the inputs were named in.
     """
     from seqpack_cli.prepare.engines import open_engine
+    from seqpack_cli.prepare.inputs import check_outside
     from seqpack_cli.prepare.one_pass import Fallback, OnePass, read_in_one_pass
     from seqpack_cli.prepare.pools.layout import changed_error
     from seqpack_cli.prepare.scan import resolve_inputs
 
     started = time.perf_counter()
     output = Path(config.output)
-    _check_outside(output, config.inputs)
+    check_outside(output, config.inputs)
     paths = resolve_inputs(config.inputs, exclude=[output])
-    _check_outside(output, paths)
+    check_outside(output, paths)
     recover_siblings(output)  # killed runs' leftovers: an old copy put back, temporaries removed
     check_output(output, overwrite=config.overwrite)
     # The temporary directory exists from here on, so an unwritable output fails before the
@@ -324,7 +307,7 @@ def prepare_dataset(config: PrepareConfig, *, progress: ProgressCallback | None 
     checked = dataclasses.replace(config, over_cap="truncate") if split else config
     with (
         PreparedWriter(output, overwrite=config.overwrite) as writer,
-        open_engine(checked, progress=progress) as engine,
+        open_engine(checked, progress=progress, write_pools=not split) as engine,
     ):
         files = engine.inspect(paths)
         if not sum(file.num_rows for file in files):
@@ -343,10 +326,11 @@ def prepare_dataset(config: PrepareConfig, *, progress: ProgressCallback | None 
             store = one_pass.finish(writer)  # while the pool files are being created
             scanned = one_pass.write_pools(kept, writer.append_pool, progress=progress)
         else:
+            cluster_split = split and config.engine != "local"
             histogram, kept, over_cap, templates, stats, scanned = _two_passes(
-                writer, engine, files, checked, started
+                writer, engine, files, checked, started, plan=not cluster_split
             )
-            if split and config.engine != "local":  # checked as truncate; the cluster cuts
+            if cluster_split:  # checked as truncate (no pools written); the cluster cuts
                 kept, over_cap = _apply_over_cap(histogram, config)
                 templates, stats = _plan(kept, config, started)
                 writer.finish_pools()

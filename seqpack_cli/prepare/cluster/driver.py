@@ -94,9 +94,18 @@ def _apart(results: Iterable[GroupPools]) -> bool:
 class ClusterEngine:
     """The engine behind `--engine dask` (see the module docstring and `prepare.engines`)."""
 
-    def __init__(self, config: PrepareConfig, progress: ProgressCallback | None = None) -> None:
+    def __init__(
+        self,
+        config: PrepareConfig,
+        progress: ProgressCallback | None = None,
+        *,
+        write_pools: bool = True,
+    ) -> None:
         self.config = config
         self.progress = progress
+        self.write_pools = write_pools
+        """False: `pools` runs the checks only (`--over-cap split`, whose pools the split's
+        tasks write from the store: merging the truncated pools first would be thrown away)."""
         self.tuning = config.cluster_tuning
         self.run_id = uuid.uuid4().hex[:12]
         self._cluster: Cluster | None = None
@@ -255,12 +264,18 @@ class ClusterEngine:
         config = self.config
         counts = self._counts
         runs_dir = writer.work_dir / "runs"
+        num_ids = sum(kept.values())
+        if not self.write_pools:
+            results = self._group_pools(files)
+            checks = self._submit_checks(results, runs_dir, num_ids)
+            if checks is not None:
+                self._check_duplicates(files, *checks)
+            return PoolScan(num_ids, None, None)
         # Every pool file with its header, created here while the groups' tasks run.
         self._pool_files = BackgroundPoolFiles(writer.tmp_path, kept)
         self._pool_files.start()
         results = self._group_pools(files)
         self._wait_pool_files(writer)
-        num_ids = sum(kept.values())
         units = merge_units(sorted(kept), counts, self._task_ids(num_ids, self.tuning.merge_ids))
         encodings = tuple(
             results[g.index].encoding if g.index in results else RunEncoding() for g in self._groups
