@@ -12,6 +12,7 @@ path; the driver reads only the small results of the tasks, never a row.
 - `pool_tasks`: a file group's ids ordered into runs; `merge`: merging runs, counting repeats;
   `merge_tasks`: the pool files merged from the runs, and the duplicate-id checks;
 - `client`: connecting to a scheduler or starting a local cluster, and Dask's errors worded;
+- `task_runner`: a run's tasks submitted under keys of their own, gathered with progress;
 - `driver`: `ClusterEngine`, the phases submitted, gathered and checked as the local job does;
 - the token store (`--tokens-column`): `store_footers` (footers, dtypes), `store_tasks` (a file
   group streamed into place), `store_index` (the id index, the hashes), `store_faults` (faults

@@ -22,7 +22,6 @@ import itertools
 import logging
 import math
 import os
-import time
 import uuid
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
@@ -30,7 +29,7 @@ from types import TracebackType
 from typing import Any
 
 from seqpack_cli.errors import ConfigError, option
-from seqpack_cli.prepare.cluster.client import Cluster, open_cluster, stop_tasks, task_error
+from seqpack_cli.prepare.cluster.client import Cluster, open_cluster, stop_tasks
 from seqpack_cli.prepare.cluster.groups import (
     FileGroup,
     GroupCounts,
@@ -51,6 +50,7 @@ from seqpack_cli.prepare.cluster.merge_tasks import (
     merge_pools,
 )
 from seqpack_cli.prepare.cluster.pool_tasks import GroupPools, PoolsJob, group_pools
+from seqpack_cli.prepare.cluster.task_runner import Call, TaskRunner
 from seqpack_cli.prepare.cluster.tasks import (
     TaskSettings,
     group_histogram,
@@ -75,9 +75,6 @@ PAUSE_VARIABLE = "SEQPACK_DASK_TASK_PAUSE_S"
 
 _MIN_TASK_IDS = 1 << 16
 """Merge and check tasks hold at least this many ids (unless the tuning says fewer)."""
-
-Call = tuple[Callable[..., Any], tuple[Any, ...], int]
-"""A task: its function, its arguments, and its weight on the progress bar (files, rows, ids)."""
 
 
 def _apart(results: Iterable[GroupPools]) -> bool:
@@ -109,16 +106,12 @@ class ClusterEngine:
         self.tuning = config.cluster_tuning
         self.run_id = uuid.uuid4().hex[:12]
         self._cluster: Cluster | None = None
-        self._futures: list[Any] = []
+        self._tasks = TaskRunner(self.run_id, progress)
         self._groups: list[FileGroup] = []
         self._counts: list[GroupCounts] = []
         self._pools_tasks: dict[int, tuple[Any, Call]] = {}
         """Each group's pools task (its future and call), submitted as its histogram came."""
         self._pool_files: BackgroundPoolFiles | None = None
-        self._tasks_done = 0
-        self._tasks_submitted = 0
-        self.seconds: dict[str, float] = {}
-        """Wall seconds of each phase (footers, histogram, pools, check ids, write pools)."""
 
     # ---- the cluster -----------------------------------------------------------------------
 
@@ -137,9 +130,9 @@ class ClusterEngine:
             return
         try:
             if exc is not None:
-                stop_tasks(cluster, self._futures, self._prefix(""))
+                stop_tasks(cluster, self._tasks.futures, self._tasks.prefix(""))
         finally:
-            self._futures.clear()
+            self._tasks.futures.clear()
             self._close_pool_files()
             cluster.close()
 
@@ -159,22 +152,10 @@ class ClusterEngine:
             pause,
         )
 
-    # ---- submitting and gathering ----------------------------------------------------------
-
-    def _prefix(self, phase: str) -> str:
-        """The start of the Dask keys of this run's tasks of `phase` (`seqpack-RUN-PHASE-`)."""
-        return f"seqpack-{self.run_id}-{phase.replace(' ', '_')}"
+    # ---- submitting and gathering (`TaskRunner`) ------------------------------------------
 
     def _submit(self, phase: str, calls: Sequence[Call], first: int = 0) -> list[Any]:
-        """The calls submitted as tasks keyed `{prefix}-{first + i}`."""
-        client = self.cluster.client
-        futures = [
-            client.submit(function, *args, key=f"{self._prefix(phase)}-{first + i}", pure=False)
-            for i, (function, args, _) in enumerate(calls)
-        ]
-        self._futures.extend(futures)
-        self._tasks_submitted += len(futures)
-        return futures
+        return self._tasks.submit(self.cluster.client, phase, calls, first)
 
     def _gather(
         self,
@@ -183,40 +164,12 @@ class ClusterEngine:
         calls: Sequence[Call],
         keep: Callable[[int, Any], Any] | None = None,
     ) -> list[Any]:
-        """Each task's result (or what `keep(i, result)` makes of it, as it arrives), in order,
-        reporting progress as they come; the first error ends the phase."""
-        from distributed import as_completed
-
-        started = time.perf_counter()
-        position = {future.key: i for i, future in enumerate(futures)}
-        results: list[Any] = [None] * len(futures)
-        total = sum(weight for _, _, weight in calls)
-        done = 0
-        self._report(phase, 0, total)
-        for future in as_completed(futures):
-            i = position[future.key]
-            try:
-                result = future.result()
-            except BaseException as error:
-                raise task_error(error, f"task {future.key}") from None
-            future.release()
-            results[i] = result if keep is None else keep(i, result)
-            done += calls[i][2]
-            self._tasks_done += 1
-            self._report(phase, done, total)
-        self.seconds[phase] = self.seconds.get(phase, 0.0) + time.perf_counter() - started
-        logger.info("%s: %d tasks in %.2fs", phase, len(futures), self.seconds[phase])
-        return results
+        return self._tasks.gather(phase, futures, calls, keep)
 
     def _run(
         self, phase: str, calls: Sequence[Call], keep: Callable[[int, Any], Any] | None = None
     ) -> list[Any]:
         return self._gather(phase, self._submit(phase, calls), calls, keep)
-
-    def _report(self, phase: str, done: int, total: int) -> None:
-        if self.progress is not None:
-            self.progress(phase, done, total)
-            self.progress("dask tasks", self._tasks_done, self._tasks_submitted)
 
     # ---- the passes ------------------------------------------------------------------------
 
@@ -427,5 +380,5 @@ class ClusterEngine:
             "workers": cluster.num_workers,
             "threads": cluster.num_threads,
             "file_groups": len(self._groups),
-            "tasks": self._tasks_submitted,
+            "tasks": self._tasks.submitted,
         }
