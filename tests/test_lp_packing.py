@@ -16,7 +16,7 @@ from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from seqpack_cli.errors import ConfigError
-from seqpack_cli.packing import coarsening, histogram, lp, lp_rounding
+from seqpack_cli.packing import bin_exchange, coarsening, histogram, lp, lp_rounding
 from seqpack_cli.packing.bounds import LowerBound, lower_bounds_of_lengths
 from seqpack_cli.packing.efficiency import PackingStats
 from seqpack_cli.packing.histogram import (
@@ -271,6 +271,47 @@ def test_slot_assignment_places_every_sequence_once(case, data) -> None:
     for template, num in placed.items():
         assert sum(template) <= max_seq_len and num > 0
     assert sum(placed.values()) <= sum(bins)
+
+
+@st.composite
+def capped_packings(draw):
+    """(max_seq_len, cap, templates): any valid packing, bins at the cap and below it."""
+    max_seq_len = draw(st.integers(4, 40))
+    cap = draw(st.integers(1, 5))
+    templates: Counter[tuple[int, ...]] = Counter()
+    for _ in range(draw(st.integers(1, 8))):
+        parts: list[int] = []
+        for _ in range(draw(st.integers(1, cap))):
+            room = max_seq_len - sum(parts)
+            if room < 1:
+                break
+            parts.append(draw(st.integers(1, room)))
+        templates[tuple(sorted(parts, reverse=True))] += draw(
+            st.one_of(st.integers(1, 4), st.integers(1, 10**9))
+        )
+    return max_seq_len, cap, templates
+
+
+@settings(max_examples=80, deadline=None)
+@given(capped_packings())
+def test_bin_exchange_keeps_the_histogram_and_never_adds_bins(case) -> None:
+    max_seq_len, cap, templates = case
+    histogram = flatten(templates)
+
+    def greedy(rest):
+        return pack_length_histogram_greedy(dict(rest), max_seq_len, max_seqs_per_bin=cap)
+
+    tightened = bin_exchange.tighten_bins(templates, max_seq_len, cap, greedy)
+    assert_valid_packing(tightened, histogram, max_seq_len, cap)
+    assert sum(tightened.values()) <= sum(templates.values())
+
+
+def test_bin_exchange_swaps_a_longer_pool_sequence_into_a_bin_at_the_cap() -> None:
+    # (6, 3) is at the cap of 2, one token short of 10: it takes the pool's 4 for its 3.
+    pool = Counter({4: 3, 9: 1})
+    exchanged = bin_exchange._exchange([((6, 3), 2), ((5,), 1)], pool, 10, 2)
+    assert exchanged == Counter({(6, 4): 2, (5, 4): 1})
+    assert pool == Counter({3: 2, 4: 0, 9: 1})
 
 
 def wikipedia_like(num_sequences: int = 16_000_000) -> dict[int, int]:

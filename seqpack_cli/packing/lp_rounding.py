@@ -8,6 +8,8 @@ every length takes the slots of its own length, then the shortest free slots of 
 max_seq_len when a sequence replaces a longer one), and the slots no sequence needs are left
 empty (rounding up, and the LP covering counts "at least", leave some). The sequences left over
 are few (at most about one bin per template the solution uses) and go to the greedy engine.
+Where the cap binds, the bins at the cap short of max_seq_len then take longer sequences from a
+few dissolved bins in exchange for theirs (`seqpack_cli.packing.bin_exchange`).
 
 (Solving the restricted LP again on the leftovers, as cutting-stock codes often do, gains
 nothing here: every template then gets less than one bin, which rounds down to none.)
@@ -26,6 +28,7 @@ from collections.abc import Callable
 
 import numpy as np
 
+from seqpack_cli.packing.bin_exchange import tighten_bins
 from seqpack_cli.packing.column_generation import Template
 from seqpack_cli.packing.groups import BinTemplate
 from seqpack_cli.packing.lp import LPSolution, solve_lp
@@ -69,7 +72,8 @@ def pack_with_lp(
 def round_lp_solution(solution: LPSolution, greedy: Greedy) -> Counter[BinTemplate]:
     """Bin templates for `solution`'s histogram: the fewest bins over the rounding thresholds
     of `ROUNDING_THRESHOLDS` (each rounded solution's slots assigned, what is left packed by
-    `greedy`: items (length, count), longest first)."""
+    `greedy`: items (length, count), longest first), then the slack of its bins at the cap
+    gathered by exchanges (`seqpack_cli.packing.bin_exchange.tighten_bins`)."""
     best: Counter[BinTemplate] | None = None
     best_bins = 0
     for threshold in ROUNDING_THRESHOLDS:
@@ -78,7 +82,7 @@ def round_lp_solution(solution: LPSolution, greedy: Greedy) -> Counter[BinTempla
         if best is None or num_bins < best_bins:
             best, best_bins = templates, num_bins
     assert best is not None
-    return best
+    return tighten_bins(best, solution.max_seq_len, solution.cap, greedy)
 
 
 def _round_at(solution: LPSolution, threshold: float, greedy: Greedy) -> Counter[BinTemplate]:
