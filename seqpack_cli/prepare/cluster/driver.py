@@ -157,19 +157,10 @@ class ClusterEngine:
     def _submit(self, phase: str, calls: Sequence[Call], first: int = 0) -> list[Any]:
         return self._tasks.submit(self.cluster.client, phase, calls, first)
 
-    def _gather(
-        self,
-        phase: str,
-        futures: Sequence[Any],
-        calls: Sequence[Call],
-        keep: Callable[[int, Any], Any] | None = None,
-    ) -> list[Any]:
-        return self._tasks.gather(phase, futures, calls, keep)
-
     def _run(
         self, phase: str, calls: Sequence[Call], keep: Callable[[int, Any], Any] | None = None
     ) -> list[Any]:
-        return self._gather(phase, self._submit(phase, calls), calls, keep)
+        return self._tasks.gather(phase, self._submit(phase, calls), calls, keep)
 
     # ---- the passes ------------------------------------------------------------------------
 
@@ -242,9 +233,8 @@ class ClusterEngine:
         merges = self._submit("write pools", merge_calls)
         if checks is not None:
             self._check_duplicates(files, *checks)
-        written: list[WrittenPool] = [
-            pool for pools in self._gather("write pools", merges, merge_calls) for pool in pools
-        ]
+        merged = self._tasks.gather("write pools", merges, merge_calls)
+        written: list[WrittenPool] = [pool for pools in merged for pool in pools]
         for pool in written:
             writer.record_written(pool_file_name(pool.length), pool.num_bytes, pool.sha256)
         if config.id_column is None:
@@ -287,7 +277,7 @@ class ClusterEngine:
         futures = [self._pools_tasks[g][0] for g in holding]
         calls = [self._pools_tasks[g][1] for g in holding]
         self._pools_tasks = {}
-        results = dict(zip(holding, self._gather("pools", futures, calls), strict=True))
+        results = dict(zip(holding, self._tasks.gather("pools", futures, calls), strict=True))
         nulls = [result.nulls for result in results.values() if result.nulls is not None]
         if nulls:
             assert config.id_column is not None
@@ -323,7 +313,7 @@ class ClusterEngine:
         self, files: Sequence[InputFile], futures: list[Any], calls: list[Call]
     ) -> None:
         """Raise the local engine's error for repeated ids, counted over every range."""
-        parts: list[DuplicatePart] = self._gather("check ids", futures, calls)
+        parts: list[DuplicatePart] = self._tasks.gather("check ids", futures, calls)
         found = [part for part in parts if part.example is not None]
         if not found:
             return
