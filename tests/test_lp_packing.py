@@ -14,6 +14,7 @@ import numpy as np
 import pytest
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
+from test_histogram import flatten
 
 from seqpack_cli.errors import ConfigError
 from seqpack_cli.packing import bin_exchange, coarsening, histogram, lp, lp_rounding
@@ -40,14 +41,6 @@ def small_histograms(draw, max_lengths: int = 8, big_counts: bool = True):
     count = st.one_of(st.integers(1, 6), st.integers(1, 10**9)) if big_counts else st.integers(1, 6)
     counts = draw(st.lists(count, min_size=len(lengths), max_size=len(lengths)))
     return max_seq_len, dict(zip(lengths, counts, strict=True))
-
-
-def flatten(templates: Counter[tuple[int, ...]]) -> Counter[int]:
-    out: Counter[int] = Counter()
-    for template, num in templates.items():
-        for length in template:
-            out[length] += num
-    return out
 
 
 def assert_valid_packing(templates, histogram, max_seq_len, cap) -> None:
@@ -150,15 +143,21 @@ def _fillings(lengths, counts, start, room, slots):
 # ---- pricing ----------------------------------------------------------------------------------
 
 
-@settings(max_examples=60, deadline=None)
-@given(small_histograms(max_lengths=5), caps, st.data())
-def test_pricing_finds_the_most_valuable_template_exactly(case, cap, data) -> None:
+def _priced(case, cap, data):
+    """A small histogram's lengths priced under random values: (max_seq_len, lengths,
+    the pricing)."""
     max_seq_len, histogram = case
     lengths = np.array(sorted(histogram), dtype=np.int64)
     values = np.array(
         data.draw(st.lists(st.floats(0, 1), min_size=len(lengths), max_size=len(lengths)))
     )
-    pricing = price_templates(lengths, values, max_seq_len, cap)
+    return max_seq_len, lengths, price_templates(lengths, values, max_seq_len, cap)
+
+
+@settings(max_examples=60, deadline=None)
+@given(small_histograms(max_lengths=5), caps, st.data())
+def test_pricing_finds_the_most_valuable_template_exactly(case, cap, data) -> None:
+    max_seq_len, lengths, pricing = _priced(case, cap, data)
     units = pricing.quantized.units
     best = max(int(units @ np.array(p)) for p in all_patterns(lengths.tolist(), max_seq_len, cap))
     assert pricing.best_units == best
@@ -528,12 +527,7 @@ def test_fitted_templates_fit_and_keep_the_longest(case, data) -> None:
 @settings(max_examples=60, deadline=None)
 @given(small_histograms(max_lengths=8), caps, st.data())
 def test_pricing_templates_hold_their_length_and_fit(case, cap, data) -> None:
-    max_seq_len, histogram = case
-    lengths = np.array(sorted(histogram), dtype=np.int64)
-    values = np.array(
-        data.draw(st.lists(st.floats(0, 1), min_size=len(lengths), max_size=len(lengths)))
-    )
-    pricing = price_templates(lengths, values, max_seq_len, cap)
+    max_seq_len, lengths, pricing = _priced(case, cap, data)
     for item, template in enumerate(pricing.templates):
         assert template is not None
         items, copies = template
