@@ -549,3 +549,57 @@ def test_lower_lp_effort_still_packs_within_the_limits() -> None:
     assert_valid_packing(quick, histogram, 2048, 4)
     bound = lp_lower_bound(histogram, 2048, max_seqs_per_bin=4)
     assert bound <= sum(quick.values()) < greedy
+
+
+@settings(max_examples=80, deadline=None)
+@given(length_histograms(), st.data())
+def test_merge_copies_adds_up_the_copies_of_each_item(case, data) -> None:
+    lengths, _ = case
+    templates = []
+    for _ in range(data.draw(st.integers(1, 4))):
+        size = data.draw(st.integers(1, 8))
+        items = data.draw(st.lists(st.integers(0, len(lengths) - 1), min_size=size, max_size=size))
+        copies = data.draw(st.lists(st.integers(1, 3), min_size=size, max_size=size))
+        templates.append((np.array(items, np.int64), np.array(copies, np.int64)))
+    for (items, copies), (unique, added) in zip(
+        templates, coarsening.merge_copies(templates), strict=True
+    ):
+        expected: Counter[int] = Counter()
+        for item, copy in zip(items.tolist(), copies.tolist(), strict=True):
+            expected[item] += copy
+        assert unique.tolist() == sorted(expected)
+        assert added.tolist() == [expected[item] for item in sorted(expected)]
+
+
+def _column_generation(**options):
+    """Column generation on a histogram of 300 lengths up to 1,024 tokens, started from
+    singletons: it takes several rounds to converge."""
+    from seqpack_cli.packing.column_generation import ColumnGeneration
+
+    rng = np.random.default_rng(7)
+    lengths = np.sort(rng.choice(np.arange(20, 1025), size=300, replace=False))
+    counts = rng.integers(1, 5000, size=300)
+    solver = ColumnGeneration(
+        lengths, counts, 1024, 6, max_rounds=40, work_budget=1e9, stop_gap=1e-9, **options
+    )
+    copies = np.minimum(1024 // lengths, 6)
+    solver.add([(np.array([i]), np.array([c])) for i, c in enumerate(copies.tolist())])
+    return solver.run()
+
+
+def test_column_generation_stops_once_its_rounds_stall() -> None:
+    full = _column_generation()
+    assert full.rounds > 2
+    stalled = _column_generation(stall_gap=1.0)  # any round gains less than everything
+    assert stalled.rounds == 2
+    assert stalled.value >= full.value - 1e-6 * full.value
+
+
+def test_interior_result_keeps_the_templates_in_use_that_fit() -> None:
+    solution = _column_generation(vertex=False)
+    assert len(solution.templates) == len(solution.multiplicities) > 0
+    assert np.all(solution.multiplicities > 0)
+    assert float(solution.multiplicities.sum()) <= solution.value * (1 + 1e-6)
+    assert solution.value >= solution.bound * (1 - 1e-6)
+    for items, copies in solution.templates:
+        assert int(solution.lengths[items] @ copies) <= 1024 and int(copies.sum()) <= 6

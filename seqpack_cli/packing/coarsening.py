@@ -59,17 +59,32 @@ def fitted(
     """The template of `items` (indices into `lengths`, ascending, may repeat) and `copies`,
     its shortest sequences taken out one by one until it fits `max_seq_len`: a template that
     fitted the original lengths may not once they are rounded up, but most of it still does."""
-    order = np.argsort(lengths[items], kind="stable")[::-1]
-    items = np.repeat(items[order], copies[order])
-    total = np.cumsum(lengths[items])
-    kept = items[: int(np.searchsorted(total, max_seq_len, side="right"))]
-    return kept, np.ones(len(kept), dtype=np.int64)
+    # plain Python: a template holds a few items, where numpy's per-call cost dominates
+    kept: list[int] = []
+    total = 0
+    for length, item, copy in sorted(
+        zip(lengths[items].tolist(), items.tolist(), copies.tolist(), strict=True), reverse=True
+    ):
+        for _ in range(copy):
+            if total + length > max_seq_len:
+                break
+            total += length
+            kept.append(item)
+        else:
+            continue
+        break
+    return np.array(kept, dtype=np.int64), np.ones(len(kept), dtype=np.int64)
 
 
 def merge_copies(templates: list[Template]) -> list[Template]:
     """Templates whose item indices may repeat (merged groups), with the copies added up."""
     merged = []
     for items, copies in templates:
-        unique, inverse = np.unique(items, return_inverse=True)
-        merged.append((unique, np.bincount(inverse, weights=copies).astype(np.int64)))
+        added: dict[int, int] = {}
+        for item, copy in zip(items.tolist(), copies.tolist(), strict=True):
+            added[item] = added.get(item, 0) + copy
+        keys = sorted(added)
+        merged.append(
+            (np.array(keys, dtype=np.int64), np.array([added[k] for k in keys], dtype=np.int64))
+        )
     return merged

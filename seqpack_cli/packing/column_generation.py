@@ -6,7 +6,9 @@ point method without crossover while generating (its duals are well centred, whi
 handful of rounds where vertex duals take dozens), and with crossover at the end, for a vertex
 solution, which uses few templates (the rounding loses less). That last solve runs on the
 templates the interior solution uses and the last round's new ones only (a fraction of the pool:
-crossover costs several times less), and the pool keeps every template in use.
+crossover costs several times less), and the pool keeps every template in use. A coarse level of
+`seqpack_cli.packing.lp`, whose templates only start the next level, skips it (`vertex=False`):
+the last interior solution's templates in use are its result.
 
 Before the first round, the pool gets the best templates under the duals of the cheap bound (a
 token worth 1 / max_seq_len of a bin, or a sequence 1 / cap): full bins, most of an optimal
@@ -48,8 +50,9 @@ Template = tuple[np.ndarray, np.ndarray]  # (item indices, ascending; copies of 
 # method's duals are accurate to about 1e-8, a vertex's to about 1e-9.
 _REDUCED_COST_INTERIOR = 1e-7
 _REDUCED_COST_VERTEX = 1e-9
-_POOL_PER_LENGTH = 2  # the pool keeps about this many templates per distinct length
+_POOL_PER_LENGTH = 1  # the pool keeps about this many templates per distinct length
 _IN_USE = 1e-7  # an interior solution's template is in use above this share of the largest
+_IN_USE_RESULT = 1e-4  # ... and passed on as a coarse level's result (`vertex=False`)
 # The work model of a round, in seconds of this project's reference machine (a deterministic
 # estimate from the sizes, never a clock): the interior point method per nonzero of the
 # restricted LP and per 1,024 lengths (rows), and the pricing per cell of its dynamic program.
@@ -61,10 +64,11 @@ _WORK_PER_CELL = 0.6e-9
 class LPSolution:
     """The LP relaxation of one histogram, as far as column generation took it.
 
-    lengths, counts: the histogram, lengths ascending. templates: the pool. multiplicities:
-    bins of each template in the last restricted LP's vertex solution (fractional). value: that
-    LP's value (>= the LP optimum, equal when `optimal`). bound: a rigorous lower bound on the
-    bins of any packing (the cheap bounds included).
+    lengths, counts: the histogram, lengths ascending. templates: the pool (without `vertex`:
+    the last interior solution's templates in use). multiplicities: bins of each template in the
+    last restricted LP's vertex solution (fractional; without `vertex`, its interior one). value:
+    that LP's value (>= the LP optimum, equal when `optimal`). bound: a rigorous lower bound on
+    the bins of any packing (the cheap bounds included).
     """
 
     lengths: np.ndarray
@@ -90,6 +94,8 @@ class ColumnGeneration:
     after that, for the exact LP optimum (the interior point method's accuracy, relative, is
     not enough for the ceiling of an LP of millions of bins). `worthless_at`: a bound the caller
     has already; generating stops once the restricted LP (above the LP optimum) is at most it.
+    `vertex`: solve for a vertex at the end (else the result is the last interior solution).
+    `stall_gap`: stop once a round lowers the restricted LP by less than this fraction.
     """
 
     def __init__(
@@ -104,6 +110,8 @@ class ColumnGeneration:
         stop_gap: float,
         polish_rounds: int = 0,
         worthless_at: int | None = None,
+        vertex: bool = True,
+        stall_gap: float = 0.0,
     ) -> None:
         self.lengths = np.asarray(lengths, dtype=np.int64)
         self.counts = np.asarray(counts, dtype=np.int64)
@@ -114,6 +122,8 @@ class ColumnGeneration:
         self.stop_gap = stop_gap
         self.polish_rounds = polish_rounds
         self.worthless_at = worthless_at
+        self.vertex = vertex
+        self.stall_gap = stall_gap
         self.templates: list[Template] = []
         self._seen: set[bytes] = set()
         self._scale = float(self.counts.max())
@@ -123,10 +133,11 @@ class ColumnGeneration:
         """Add the templates not in the pool yet; returns how many were new."""
         added = 0
         for items, copies in templates:
+            items, copies = items.astype(np.int64), copies.astype(np.int64)
             key = _template_key(items, copies)
             if key not in self._seen:
                 self._seen.add(key)
-                self.templates.append((items.astype(np.int64), copies.astype(np.int64)))
+                self.templates.append((items, copies))
                 added += 1
         return added
 
@@ -138,6 +149,7 @@ class ColumnGeneration:
         spent = 0.0
         # the last interior solution's templates in use, and those added since
         support: np.ndarray | None = None
+        last: tuple[list[Template], float, np.ndarray] | None = None  # the last interior solve
         # the pool starts with the best templates under the duals of the cheap bound: mostly
         # full bins, the bulk of an optimal solution where that bound is tight (not where no
         # round would follow: they would only make the final solve costlier, for nothing)
@@ -152,10 +164,12 @@ class ColumnGeneration:
                 break
             spent += round_work
             value, duals, bins = self.solve(interior=True)
+            stalled = last is not None and last[1] - value < self.stall_gap * value
+            last = (list(self.templates), value, bins)
             # an interior solution uses every template a little: "in use" is above a fraction
             in_use = bins > _IN_USE * max(float(bins.max(initial=0.0)), 1.0)
             support = np.flatnonzero(in_use)
-            if self._close(value) or self._worthless(value):
+            if self._close(value) or self._worthless(value) or stalled:
                 break
             new = self._price(duals, _REDUCED_COST_INTERIOR)
             logger.debug(
@@ -176,6 +190,8 @@ class ColumnGeneration:
             if not self.add(new):
                 break  # all in the pool already: the duals are as accurate as they get
             support = np.r_[np.flatnonzero(in_use[:kept]), kept : len(self.templates)]
+        if not self.vertex and last is not None:
+            return self._interior_solution(*last, rounds, spent)
         if support is not None:
             self._restrict(support)
         value, duals, multiplicities = self.solve(interior=False)
@@ -201,6 +217,27 @@ class ColumnGeneration:
             optimal or value <= self.bound,
             rounds,
             spent + self._solve_work(),
+        )
+
+    def _interior_solution(
+        self, templates: list[Template], value: float, bins: np.ndarray, rounds: int, spent: float
+    ) -> LPSolution:
+        """The last interior solution as the result, its templates in use only: a coarse
+        level's, whose templates only start the next level (no vertex solve, which costs as much
+        as a few rounds there)."""
+        in_use = np.flatnonzero(bins > _IN_USE_RESULT * max(float(bins.max(initial=0.0)), 1.0))
+        return LPSolution(
+            self.lengths,
+            self.counts,
+            self.max_seq_len,
+            self.cap,
+            [templates[i] for i in in_use.tolist()],
+            bins[in_use],
+            value,
+            self.bound,
+            False,
+            rounds,
+            spent,
         )
 
     def solve(self, *, interior: bool) -> tuple[float, np.ndarray, np.ndarray]:
@@ -320,4 +357,5 @@ class ColumnGeneration:
 
 
 def _template_key(items: np.ndarray, copies: np.ndarray) -> bytes:
-    return items.astype(np.int64).tobytes() + b"|" + copies.astype(np.int64).tobytes()
+    """The pool's key of a template, its arrays int64 already (as the pool keeps them)."""
+    return items.tobytes() + b"|" + copies.tobytes()
