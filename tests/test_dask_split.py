@@ -18,17 +18,17 @@ from typing import Any
 import numpy as np
 import pytest
 from dask_datasets import assert_same_output, kill_the_worker_running
+from dask_store_cases import (
+    SMALL,
+    dense_ids,
+    messages_of_both,
+    random_sequences,
+    run_both,
+    sparse_ids,
+    write_tokens,
+)
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from test_dask_store import (
-    SMALL,
-    _both,
-    _dense_ids,
-    _errors,
-    _sequences,
-    _sparse_ids,
-    _write,
-)
 from token_datasets import write_token_files
 from typer.testing import CliRunner
 
@@ -49,29 +49,29 @@ SPLIT = {"over_cap": "split", "length_column": "input_ids"}
 
 CASES: dict[str, tuple[dict[str, Any], dict[str, Any]]] = {
     "row indexes": ({}, {"max_seq_len": 16}),
-    "sparse ids": ({"ids": _sparse_ids(150)}, {"id_column": "doc", "max_seq_len": 16}),
-    "dense ids, 3+ pieces": ({"ids": _dense_ids(150)}, {"id_column": "doc", "max_seq_len": 7}),
-    "labels, sparse ids": ({"ids": _sparse_ids(150), "labels": True},
+    "sparse ids": ({"ids": sparse_ids(150)}, {"id_column": "doc", "max_seq_len": 16}),
+    "dense ids, 3+ pieces": ({"ids": dense_ids(150)}, {"id_column": "doc", "max_seq_len": 7}),
+    "labels, sparse ids": ({"ids": sparse_ids(150), "labels": True},
                            {"id_column": "doc", "labels_column": "labels", "max_seq_len": 12}),
     "loss mask, row indexes, 3+ pieces": ({"mask": True},
                                           {"loss_mask_column": "mask", "max_seq_len": 5}),
-    "integer length column": ({"ids": _sparse_ids(150)}, {"id_column": "doc", "max_seq_len": 16,
+    "integer length column": ({"ids": sparse_ids(150)}, {"id_column": "doc", "max_seq_len": 16,
                               "length_column": "n"}),
-    "ids past 2**32": ({"ids": [(i << 40) - 5 for i in _sparse_ids(150)]},
+    "ids past 2**32": ({"ids": [(i << 40) - 5 for i in sparse_ids(150)]},
                        {"id_column": "doc", "max_seq_len": 10}),
-    "nothing over the cap": ({"ids": _sparse_ids(150)}, {"id_column": "doc", "max_seq_len": 64}),
+    "nothing over the cap": ({"ids": sparse_ids(150)}, {"id_column": "doc", "max_seq_len": 64}),
 }  # fmt: skip
 
 
 @pytest.mark.parametrize("case", list(CASES))
 def test_byte_identical_to_the_local_engine(cluster: Any, tmp_path: Path, case: str) -> None:
     data, options = CASES[case]
-    inputs = _write(tmp_path, _sequences(150), **data)
-    local, dask = _both(cluster, inputs, tmp_path / "out", **{**SPLIT, **options})
+    inputs = write_tokens(tmp_path, random_sequences(150), **data)
+    local, dask = run_both(cluster, inputs, tmp_path / "out", **{**SPLIT, **options})
     assert_same_output(local, dask)
     prepared = load_prepared(dask, verify=True)
     summary = prepared.manifest["summary"]
-    lengths = [len(s) for s in _sequences(150)]
+    lengths = [len(s) for s in random_sequences(150)]
     cap = options["max_seq_len"]
     assert summary["num_split"] == sum(n > cap for n in lengths)
     assert summary["num_tokens_split"] == sum(n for n in lengths if n > cap)
@@ -144,54 +144,54 @@ def test_random_datasets_are_byte_identical(
 
 
 def _null_list(root: Path) -> dict[str, Any]:
-    sequences: list[Any] = _sequences(150)
+    sequences: list[Any] = random_sequences(150)
     sequences[100] = None
-    _write(root, sequences, lengths=[5] * 150)
+    write_tokens(root, sequences, lengths=[5] * 150)
     return {"max_seq_len": 8, "length_column": "n"}
 
 
 def _empty_list(root: Path) -> dict[str, Any]:
-    sequences = _sequences(150)
+    sequences = random_sequences(150)
     sequences[95] = []
-    _write(root, sequences)
+    write_tokens(root, sequences)
     return {"max_seq_len": 8}
 
 
 def _repeated_id(root: Path) -> dict[str, Any]:
     """Repeated among split rows."""
-    sequences = _sequences(150, longest=60)
-    ids = _sparse_ids(150)
+    sequences = random_sequences(150, longest=60)
+    ids = sparse_ids(150)
     long = [k for k, s in enumerate(sequences) if len(s) > 40]
     ids[long[-1]] = ids[long[0]]
-    _write(root, sequences, ids=ids)
+    write_tokens(root, sequences, ids=ids)
     return {"id_column": "doc", "max_seq_len": 10}
 
 
 def _labels_mismatch(root: Path) -> dict[str, Any]:
-    sequences = _sequences(150)
+    sequences = random_sequences(150)
     labels = [list(s) for s in sequences]
     labels[130] = labels[130] + [1]
-    _write(root, sequences, labels=labels)
+    write_tokens(root, sequences, labels=labels)
     return {"labels_column": "labels", "max_seq_len": 10}
 
 
 def _length_column_over_the_cap(root: Path) -> dict[str, Any]:
     """Lengths over the cap that are not the lists' (truncate's checks let them pass; the local
     split refuses them)."""
-    sequences = _sequences(150, longest=60)
+    sequences = random_sequences(150, longest=60)
     lengths = [len(s) for s in sequences]
     long = [k for k, n in enumerate(lengths) if n > 20]
     lengths[long[0]], lengths[long[1]] = lengths[long[1]], lengths[long[0]]
     lengths[long[2]] += 3
-    _write(root, sequences, lengths=lengths)
+    write_tokens(root, sequences, lengths=lengths)
     return {"max_seq_len": 10, "length_column": "n"}
 
 
 def _piece_ids_overflow(root: Path) -> dict[str, Any]:
-    sequences = _sequences(150)
-    ids = _sparse_ids(150)
+    sequences = random_sequences(150)
+    ids = sparse_ids(150)
     ids[77] = 2**63 - 3
-    _write(root, sequences, ids=ids)
+    write_tokens(root, sequences, ids=ids)
     return {"id_column": "doc", "max_seq_len": 10}
 
 
@@ -209,7 +209,7 @@ BAD = {
 def test_bad_inputs_word_as_the_local_engine(cluster: Any, tmp_path: Path, case: str) -> None:
     make, fragment = BAD[case]
     options = {**SPLIT, **make(tmp_path)}
-    local, dask = _errors(cluster, tmp_path / "in", tmp_path / "out", **options)
+    local, dask = messages_of_both(cluster, tmp_path / "in", tmp_path / "out", **options)
     assert fragment in local
     assert dask == local
 
@@ -217,7 +217,7 @@ def test_bad_inputs_word_as_the_local_engine(cluster: Any, tmp_path: Path, case:
 def test_the_cli_splits_on_the_cluster_as_locally(cluster: Any, tmp_path: Path) -> None:
     """`seqpack prepare --engine dask --over-cap split --json`: the local summary, the local
     files."""
-    _write(tmp_path, _sequences(150), ids=_sparse_ids(150))
+    write_tokens(tmp_path, random_sequences(150), ids=sparse_ids(150))
     args = [
         "prepare",
         str(tmp_path / "in"),
@@ -252,7 +252,7 @@ def test_a_worker_killed_mid_split_changes_nothing(
     """Each task pauses (`PAUSE_VARIABLE`) halfway; the worker writing the split's id index
     and pools is killed then (SIGKILL): Dask runs its task again elsewhere, the output is the
     same."""
-    inputs = _write(tmp_path, _sequences(150), ids=_sparse_ids(150), labels=True)
+    inputs = write_tokens(tmp_path, random_sequences(150), ids=sparse_ids(150), labels=True)
     options = {**SPLIT, "id_column": "doc", "labels_column": "labels", "max_seq_len": 9,
                "tokens_column": "input_ids", "inputs": [inputs]}  # fmt: skip
     monkeypatch.setenv(PAUSE_VARIABLE, "1")

@@ -24,21 +24,27 @@ from dask_datasets import (
     leftovers,
     write_dataset,
 )
+from dask_store_cases import (
+    SMALL,
+    dask_options,
+    dense_ids,
+    messages_of_both,
+    random_sequences,
+    run_both,
+    sparse_ids,
+    store_config,
+    write_tokens,
+)
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from token_datasets import write_token_files
 from typer.testing import CliRunner
 
 from seqpack_cli.cli.app import app
-from seqpack_cli.errors import SeqpackError
-from seqpack_cli.prepare import PrepareConfig, load_prepared, prepare_dataset
+from seqpack_cli.prepare import load_prepared, prepare_dataset
 from seqpack_cli.prepare.cluster.driver import PAUSE_VARIABLE
-from seqpack_cli.prepare.cluster.tuning import ClusterTuning
 
 distributed = pytest.importorskip("distributed")
-
-SMALL = ClusterTuning(group_rows=40, merge_ids=150, check_ids=60, block_ids=64, samples=8)
-"""Groups of a file or two, id index ranges of a few dozen ids."""
 
 
 @pytest.fixture(scope="module")
@@ -46,84 +52,29 @@ def cluster(dask_cluster: Any) -> Any:
     return dask_cluster
 
 
-def _sequences(count: int, seed: int = 0, longest: int = 40) -> list[list[int]]:
-    rng = np.random.default_rng(seed)
-    return [rng.integers(0, 50_000, int(rng.integers(1, longest))).tolist() for _ in range(count)]
-
-
-def _config(inputs: Path, output: Path, **options: Any) -> PrepareConfig:
-    base: dict[str, Any] = {
-        "length_column": "n", "max_seq_len": 64, "tokens_column": "input_ids",
-    }  # fmt: skip
-    return PrepareConfig(inputs=[inputs], output=output, **{**base, **options})
-
-
-def _dask(cluster: Any, tuning: ClusterTuning = SMALL) -> dict[str, Any]:
-    return {"engine": "dask", "scheduler": cluster.scheduler_address, "cluster_tuning": tuning}
-
-
-def _both(cluster: Any, inputs: Path, out: Path, **options: Any) -> tuple[Path, Path]:
-    local, dask = out / "local", out / "dask"
-    prepare_dataset(_config(inputs, local, **options))
-    prepare_dataset(_config(inputs, dask, **_dask(cluster), **options))
-    return local, dask
-
-
-def _errors(cluster: Any, inputs: Path, out: Path, **options: Any) -> tuple[str, str]:
-    """Both engines' messages for the same bad inputs; neither wrote anything."""
-    messages = []
-    out.mkdir()
-    for name, extra in (("local", {}), ("dask", _dask(cluster))):
-        with pytest.raises(SeqpackError) as error:
-            prepare_dataset(_config(inputs, out / name, **extra, **options))
-        assert not (out / name).exists() and leftovers(out) == []
-        messages.append(str(error.value))
-    assert "\n" not in messages[0]
-    return messages[0], messages[1]
-
-
-def _sparse_ids(count: int, seed: int = 1) -> list[int]:
-    return (np.random.default_rng(seed).permutation(count) * 7 + 1_000).tolist()
-
-
-def _dense_ids(count: int, seed: int = 2) -> list[int]:
-    return np.random.default_rng(seed).permutation(count).tolist()
-
-
-CUTS = (13, 13, 40, 71, 90, 120)  # uneven files, one empty
-
-
 CASES: dict[str, tuple[dict[str, Any], dict[str, Any]]] = {
-    "sparse ids": ({"ids": _sparse_ids(150)}, {"id_column": "doc"}),
-    "dense ids": ({"ids": _dense_ids(150)}, {"id_column": "doc"}),
+    "sparse ids": ({"ids": sparse_ids(150)}, {"id_column": "doc"}),
+    "dense ids": ({"ids": dense_ids(150)}, {"id_column": "doc"}),
     "row indexes": ({}, {}),
-    "labels, sparse ids": ({"ids": _sparse_ids(150), "labels": True}, {"id_column": "doc",
+    "labels, sparse ids": ({"ids": sparse_ids(150), "labels": True}, {"id_column": "doc",
                            "labels_column": "labels"}),
     "loss mask, row indexes": ({"mask": True}, {"loss_mask_column": "mask"}),
-    "truncate, ids": ({"ids": _sparse_ids(150)}, {"id_column": "doc", "max_seq_len": 16,
+    "truncate, ids": ({"ids": sparse_ids(150)}, {"id_column": "doc", "max_seq_len": 16,
                       "over_cap": "truncate"}),
     "drop, labels": ({"labels": True}, {"labels_column": "labels", "max_seq_len": 16,
                      "over_cap": "drop"}),
     "no statistics, labels": ({"statistics": False, "labels": True},
                               {"labels_column": "labels"}),
-    "token lists as lengths": ({"ids": _dense_ids(150)}, {"id_column": "doc",
+    "token lists as lengths": ({"ids": dense_ids(150)}, {"id_column": "doc",
                                "length_column": "input_ids"}),
 }  # fmt: skip
-
-
-def _write(root: Path, sequences: list[list[int]], **data: Any) -> Path:
-    if data.get("labels") is True:  # labels or a mask made from the tokens
-        data["labels"] = [[t % 7 - 3 if t % 5 else -100 for t in s] for s in sequences]
-    if data.get("mask") is True:
-        data["mask"] = [[t % 2 for t in s] for s in sequences]
-    return write_token_files(root, sequences, cuts=CUTS, row_group_size=9, **data)
 
 
 @pytest.mark.parametrize("case", list(CASES))
 def test_byte_identical_to_the_local_engine(cluster: Any, tmp_path: Path, case: str) -> None:
     data, options = CASES[case]
-    inputs = _write(tmp_path, _sequences(150), **data)
-    local, dask = _both(cluster, inputs, tmp_path / "out", **options)
+    inputs = write_tokens(tmp_path, random_sequences(150), **data)
+    local, dask = run_both(cluster, inputs, tmp_path / "out", **options)
     assert_same_output(local, dask)
     prepared = load_prepared(dask)
     assert prepared.tokens is not None and prepared.manifest["engine"]["name"] == "dask"
@@ -152,7 +103,7 @@ def test_random_datasets_are_byte_identical(
     options = {"max_seq_len": 12, "over_cap": over_cap}
     if ids == "sparse":
         options["id_column"] = "doc"
-    local, dask = _both(cluster, inputs, root / "out", **options)
+    local, dask = run_both(cluster, inputs, root / "out", **options)
     assert_same_output(local, dask)
 
 
@@ -161,7 +112,7 @@ def test_a_multi_file_dataset_of_token_lists(cluster: Any, tmp_path: Path) -> No
     inputs = write_dataset(tmp_path / "in", ids="blocks", lists=True, rows=600, max_length=80)
     options = {"length_column": "n", "tokens_column": "n", "id_column": "doc_id",
                "max_seq_len": 64, "over_cap": "truncate"}  # fmt: skip
-    local, dask = _both(cluster, inputs, tmp_path / "out", **options)
+    local, dask = run_both(cluster, inputs, tmp_path / "out", **options)
     assert_same_output(local, dask)
 
 
@@ -169,81 +120,81 @@ def test_a_multi_file_dataset_of_token_lists(cluster: Any, tmp_path: Path) -> No
 
 
 def _null_list(root: Path) -> dict[str, Any]:
-    sequences: list[Any] = _sequences(150)
+    sequences: list[Any] = random_sequences(150)
     sequences[100] = None
     sequences[20] = None
-    _write(root, sequences, lengths=[5] * 150)
+    write_tokens(root, sequences, lengths=[5] * 150)
     return {"max_seq_len": 64}
 
 
 def _empty_list(root: Path) -> dict[str, Any]:
-    sequences = _sequences(150)
+    sequences = random_sequences(150)
     sequences[95] = []
-    _write(root, sequences, lengths=[max(1, len(s)) for s in sequences])
+    write_tokens(root, sequences, lengths=[max(1, len(s)) for s in sequences])
     return {"max_seq_len": 64}
 
 
 def _negative(root: Path) -> dict[str, Any]:
-    sequences = _sequences(150)
+    sequences = random_sequences(150)
     sequences[110][2] = -5
     sequences[75][0] = -100
-    _write(root, sequences)
+    write_tokens(root, sequences)
     return {"max_seq_len": 64}
 
 
 def _labels_mismatch(root: Path) -> dict[str, Any]:
-    sequences = _sequences(150)
+    sequences = random_sequences(150)
     labels = [list(s) for s in sequences]
     labels[130] = labels[130] + [1]
     labels[80] = labels[80][:-1] or [1, 2]
-    _write(root, sequences, labels=labels)
+    write_tokens(root, sequences, labels=labels)
     return {"labels_column": "labels", "max_seq_len": 64}
 
 
 def _bad_mask_and_token(root: Path) -> dict[str, Any]:
     """A mask value of 2 early, a negative token late: the tokens' fault comes first."""
-    sequences = _sequences(150)
+    sequences = random_sequences(150)
     mask = [[1] * len(s) for s in sequences]
     mask[3][0] = 2
     sequences[140][0] = -1
-    _write(root, sequences, mask=mask)
+    write_tokens(root, sequences, mask=mask)
     return {"loss_mask_column": "mask", "max_seq_len": 64}
 
 
 def _lengths_disagree(root: Path) -> dict[str, Any]:
-    sequences = _sequences(150)
+    sequences = random_sequences(150)
     lengths = [len(s) for s in sequences]
     lengths[120] += 1
     lengths[60] -= 1 if lengths[60] > 1 else -1
-    _write(root, sequences, lengths=lengths, ids=_sparse_ids(150))
+    write_tokens(root, sequences, lengths=lengths, ids=sparse_ids(150))
     return {"id_column": "doc", "max_seq_len": 64}
 
 
 def _repeated_id(root: Path) -> dict[str, Any]:
     """Repeated among rows the pools drop: only the store's id index sees it."""
-    sequences = _sequences(150, longest=60)
-    ids = _sparse_ids(150)
+    sequences = random_sequences(150, longest=60)
+    ids = sparse_ids(150)
     long = [k for k, s in enumerate(sequences) if len(s) > 40]
     ids[long[-1]] = ids[long[0]]
     ids[long[-2]] = ids[long[1]]  # two ids repeated: the smaller one is reported
-    _write(root, sequences, ids=ids)
+    write_tokens(root, sequences, ids=ids)
     return {"id_column": "doc", "max_seq_len": 40, "over_cap": "drop"}
 
 
 def _missing_labels(root: Path) -> dict[str, Any]:
-    sequences = _sequences(150)
-    _write(root, sequences)
+    sequences = random_sequences(150)
+    write_tokens(root, sequences)
     return {"labels_column": "labels", "max_seq_len": 64}
 
 
 def _labels_before_lengths(root: Path) -> dict[str, Any]:
     """A labels list too long early, a NULL labels list late: the NULL comes first (the labels
     are streamed whole before their lengths are compared)."""
-    sequences = _sequences(150)
+    sequences = random_sequences(150)
     labels: list[Any] = [list(s) for s in sequences]
     labels[5] = labels[5] + [7]
     labels[145] = None
-    _write(root, sequences, labels=labels)
+    write_tokens(root, sequences, labels=labels)
     return {"labels_column": "labels", "max_seq_len": 64}
 
 
@@ -263,12 +214,12 @@ def _id_before_labels(root: Path) -> dict[str, Any]:
 
 
 def _truncated_too_short(root: Path) -> dict[str, Any]:
-    sequences = _sequences(150)
+    sequences = random_sequences(150)
     lengths = [len(s) for s in sequences]
     lengths[90], sequences[90] = 50, [1] * 10  # over the cap, but its list is shorter
     lengths[30] = 45
     sequences[30] = sequences[30][:20] + [1] * 30
-    _write(root, sequences, lengths=lengths, ids=_sparse_ids(150))
+    write_tokens(root, sequences, lengths=lengths, ids=sparse_ids(150))
     return {"id_column": "doc", "max_seq_len": 24, "over_cap": "truncate"}
 
 
@@ -291,18 +242,18 @@ BAD = {
 def test_bad_inputs_word_as_the_local_engine(cluster: Any, tmp_path: Path, case: str) -> None:
     make, fragment = BAD[case]
     options = make(tmp_path)
-    local, dask = _errors(cluster, tmp_path / "in", tmp_path / "out", **options)
+    local, dask = messages_of_both(cluster, tmp_path / "in", tmp_path / "out", **options)
     assert fragment in local
     assert dask == local
 
 
 def test_a_footer_count_that_is_not_the_tokens(cluster: Any, tmp_path: Path) -> None:
     """An empty list in a dropped row: the footer counts a value for it, the store holds none."""
-    sequences = _sequences(150)
+    sequences = random_sequences(150)
     sequences[70] = []
     lengths = [len(s) or 100 for s in sequences]
-    inputs = _write(tmp_path, sequences, lengths=lengths)
-    local, dask = _both(cluster, inputs, tmp_path / "out", over_cap="drop")
+    inputs = write_tokens(tmp_path, sequences, lengths=lengths)
+    local, dask = run_both(cluster, inputs, tmp_path / "out", over_cap="drop")
     assert_same_output(local, dask)
     assert isinstance(pa, object) and pq is not None
 
@@ -312,11 +263,11 @@ def test_a_worker_killed_mid_store_changes_nothing(
 ) -> None:
     """Each task pauses (`PAUSE_VARIABLE`) halfway; the worker running a store task is killed
     then (SIGKILL): Dask runs its tasks again elsewhere, and the output is the same."""
-    inputs = _write(tmp_path, _sequences(150), ids=_sparse_ids(150), labels=True)
+    inputs = write_tokens(tmp_path, random_sequences(150), ids=sparse_ids(150), labels=True)
     options = {"id_column": "doc", "labels_column": "labels"}
     monkeypatch.setenv(PAUSE_VARIABLE, "1")
     tuning = dataclasses.replace(SMALL, group_rows=80)  # few groups: few pauses
-    config = _config(inputs, tmp_path / "dask", **_dask(cluster, tuning), **options)
+    config = store_config(inputs, tmp_path / "dask", **dask_options(cluster, tuning), **options)
     client = distributed.Client(cluster.scheduler_address)
     try:
         with concurrent.futures.ThreadPoolExecutor(1) as pool:
@@ -324,7 +275,7 @@ def test_a_worker_killed_mid_store_changes_nothing(
             kill_the_worker_running(client, run, "-tokens-")
             run.result(timeout=120)
         monkeypatch.delenv(PAUSE_VARIABLE)
-        prepare_dataset(_config(inputs, tmp_path / "local", **options))
+        prepare_dataset(store_config(inputs, tmp_path / "local", **options))
         assert_same_output(tmp_path / "local", tmp_path / "dask")
         client.wait_for_workers(2, timeout=60)  # the nanny started a new one
     finally:
