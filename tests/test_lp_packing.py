@@ -571,19 +571,20 @@ def test_merge_copies_adds_up_the_copies_of_each_item(case, data) -> None:
         assert added.tolist() == [expected[item] for item in sorted(expected)]
 
 
-def _column_generation(**options):
+def _column_generation(max_rounds: int = 40, start=(), **options):
     """Column generation on a histogram of 300 lengths up to 1,024 tokens, started from
-    singletons: it takes several rounds to converge."""
+    singletons (and the templates of `start`): it takes several rounds to converge."""
     from seqpack_cli.packing.column_generation import ColumnGeneration
 
     rng = np.random.default_rng(7)
     lengths = np.sort(rng.choice(np.arange(20, 1025), size=300, replace=False))
     counts = rng.integers(1, 5000, size=300)
     solver = ColumnGeneration(
-        lengths, counts, 1024, 6, max_rounds=40, work_budget=1e9, stop_gap=1e-9, **options
+        lengths, counts, 1024, 6, max_rounds=max_rounds, work_budget=1e9, stop_gap=1e-9, **options
     )
     copies = np.minimum(1024 // lengths, 6)
     solver.add([(np.array([i]), np.array([c])) for i, c in enumerate(copies.tolist())])
+    solver.add(list(start))
     return solver.run()
 
 
@@ -603,3 +604,37 @@ def test_interior_result_keeps_the_templates_in_use_that_fit() -> None:
     assert solution.value >= solution.bound * (1 - 1e-6)
     for items, copies in solution.templates:
         assert int(solution.lengths[items] @ copies) <= 1024 and int(copies.sum()) <= 6
+
+
+def test_start_duals_stand_in_for_the_first_solve(monkeypatch) -> None:
+    """Priced in the first round instead of a solve, as the histogram's level does with its
+    coarse level's duals and templates: here a first round's (duals not optimal yet). The
+    templates they price improve on that round's LP, and only the final vertex solve runs."""
+    from seqpack_cli.packing.column_generation import ColumnGeneration
+
+    full = _column_generation()
+    first = _column_generation(max_rounds=1)
+    assert first.duals is not None and first.duals.shape == first.lengths.shape
+    assert first.value > full.value * (1 + 1e-4)
+    solves: list[bool] = []
+    solve = ColumnGeneration.solve
+
+    def counted(self, *, interior):
+        solves.append(interior)
+        return solve(self, interior=interior)
+
+    monkeypatch.setattr(ColumnGeneration, "solve", counted)
+    started = _column_generation(max_rounds=1, start=first.templates, start_duals=first.duals)
+    assert solves == [False]  # the vertex solve only
+    assert full.value * (1 - 1e-9) <= started.value < first.value * (1 - 1e-4)
+    assert started.bound <= math.ceil(full.value - 1e-6)  # a valid lower bound
+
+
+def test_coarse_level_duals_are_spread_over_every_length() -> None:
+    rng = np.random.default_rng(3)
+    lengths = np.sort(rng.choice(np.arange(1, 2049), size=900, replace=False)).astype(np.int64)
+    counts = rng.integers(1, 10_000, size=900).astype(np.int64)
+    templates, work, duals = lp._coarse_start(lengths, counts, 2048, 8, [], 1.0, 4e-3)
+    assert templates and work > 0
+    assert duals is not None and duals.shape == lengths.shape
+    assert np.all(duals >= 0) and np.all(np.diff(duals) >= -1e-6)  # they rise with the length

@@ -82,6 +82,7 @@ class LPSolution:
     optimal: bool
     rounds: int
     work: float = 0.0  # the estimated work spent (`ColumnGeneration`'s model), its levels' too
+    duals: np.ndarray | None = None  # the last restricted LP's duals (per length)
 
 
 class ColumnGeneration:
@@ -96,6 +97,8 @@ class ColumnGeneration:
     has already; generating stops once the restricted LP (above the LP optimum) is at most it.
     `vertex`: solve for a vertex at the end (else the result is the last interior solution).
     `stall_gap`: stop once a round lowers the restricted LP by less than this fraction.
+    `start_duals`: duals to price in the first round instead of solving the restricted LP (a
+    coarser level's: the pool then starts from them rather than from the cheap bound's duals).
     """
 
     def __init__(
@@ -112,6 +115,7 @@ class ColumnGeneration:
         worthless_at: int | None = None,
         vertex: bool = True,
         stall_gap: float = 0.0,
+        start_duals: np.ndarray | None = None,
     ) -> None:
         self.lengths = np.asarray(lengths, dtype=np.int64)
         self.counts = np.asarray(counts, dtype=np.int64)
@@ -124,6 +128,7 @@ class ColumnGeneration:
         self.worthless_at = worthless_at
         self.vertex = vertex
         self.stall_gap = stall_gap
+        self.start_duals = start_duals
         self.templates: list[Template] = []
         self._seen: set[bytes] = set()
         self._scale = float(self.counts.max())
@@ -149,11 +154,14 @@ class ColumnGeneration:
         spent = 0.0
         # the last interior solution's templates in use, and those added since
         support: np.ndarray | None = None
-        last: tuple[list[Template], float, np.ndarray] | None = None  # the last interior solve
+        # the last interior solve: its pool, value, bins per template and duals
+        last: tuple[list[Template], float, np.ndarray, np.ndarray] | None = None
         # the pool starts with the best templates under the duals of the cheap bound: mostly
         # full bins, the bulk of an optimal solution where that bound is tight (not where no
-        # round would follow: they would only make the final solve costlier, for nothing)
-        if 2 * self._pricing_work() + 1.5 * self._solve_work() <= self.work_budget:
+        # round would follow: they would only make the final solve costlier, for nothing; nor
+        # where `start_duals`, closer to the optimal ones, start it)
+        affordable = 2 * self._pricing_work() + 1.5 * self._solve_work() <= self.work_budget
+        if self.start_duals is None and affordable:
             self.add(self._price(self._cheap_bound_duals(), -np.inf))
             spent += self._pricing_work()
         for rounds in range(1, self.max_rounds + 1):
@@ -162,10 +170,15 @@ class ColumnGeneration:
             if spent + round_work + 0.5 * solve_work > self.work_budget:
                 rounds -= 1  # no room for this round and the final solve (with crossover)
                 break
+            if rounds == 1 and self.start_duals is not None:
+                # the given duals stand in for this first round's solve (budgeted as a round)
+                spent += self._pricing_work()
+                self.add(self._price(self.start_duals, _REDUCED_COST_INTERIOR))
+                continue
             spent += round_work
             value, duals, bins = self.solve(interior=True)
             stalled = last is not None and last[1] - value < self.stall_gap * value
-            last = (list(self.templates), value, bins)
+            last = (list(self.templates), value, bins, duals)
             # an interior solution uses every template a little: "in use" is above a fraction
             in_use = bins > _IN_USE * max(float(bins.max(initial=0.0)), 1.0)
             support = np.flatnonzero(in_use)
@@ -217,10 +230,17 @@ class ColumnGeneration:
             optimal or value <= self.bound,
             rounds,
             spent + self._solve_work(),
+            duals,
         )
 
     def _interior_solution(
-        self, templates: list[Template], value: float, bins: np.ndarray, rounds: int, spent: float
+        self,
+        templates: list[Template],
+        value: float,
+        bins: np.ndarray,
+        duals: np.ndarray,
+        rounds: int,
+        spent: float,
     ) -> LPSolution:
         """The last interior solution as the result, its templates in use only: a coarse
         level's, whose templates only start the next level (no vertex solve, which costs as much
@@ -238,6 +258,7 @@ class ColumnGeneration:
             False,
             rounds,
             spent,
+            duals,
         )
 
     def solve(self, *, interior: bool) -> tuple[float, np.ndarray, np.ndarray]:
