@@ -437,7 +437,7 @@ def test_relaxed_bound_is_at_most_the_lp_optimum(case, cap) -> None:
     max_seq_len, histogram = case
     lengths = np.array(sorted(histogram), dtype=np.int64)
     counts = np.array([histogram[length] for length in lengths.tolist()], dtype=np.int64)
-    relaxed = lp.relaxed_bound(lengths, counts, max_seq_len, cap, work=1.0)
+    relaxed = lp.relaxed_lp(lengths, counts, max_seq_len, cap, work=1.0).bound
     exact = enumerated_lp(histogram, max_seq_len, cap)
     assert relaxed <= math.ceil(exact * (1 + 1e-9))
 
@@ -451,7 +451,7 @@ def test_relaxed_bound_is_at_most_the_brute_force_optimum(case, cap) -> None:
     max_seq_len, histogram = case
     lengths = np.array(sorted(histogram), dtype=np.int64)
     counts = np.array([histogram[length] for length in lengths.tolist()], dtype=np.int64)
-    relaxed = lp.relaxed_bound(lengths, counts, max_seq_len, cap, work=1.0)
+    relaxed = lp.relaxed_lp(lengths, counts, max_seq_len, cap, work=1.0).bound
     assert relaxed <= optimum(histogram, max_seq_len, cap)
 
 

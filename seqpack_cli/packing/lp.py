@@ -30,7 +30,7 @@ thousands of lengths a round costs a second or more, and the histogram's own lev
 one or none (its restricted LP then solved once, over the coarse level's templates, the greedy
 packing's and the singletons): its bound would then stay the cheap one. Where the cap binds, or
 the coarse level's LP shows the cheap bound far below the optimum (`_relaxation_may_raise`), a
-relaxation bounds it instead (`relaxed_bound`): lengths rounded down to multiples of a few
+relaxation bounds it instead (`relaxed_lp`): lengths rounded down to multiples of a few
 tokens, an LP of at most ~1,024 lengths that converges in a few rounds, within a few hundredths
 of a percent of the LP optimum on capped histograms.
 
@@ -98,7 +98,7 @@ def lp_lower_bound(counts: Any, max_seq_len: int, *, max_seqs_per_bin: int | Non
     At least every cheap bound of `seqpack_cli.packing.bounds`; ceil(LP optimum) wherever
     column generation reaches the optimum (every histogram of up to 600 distinct lengths, in
     practice), else the best Farley bound it met, on the histogram or (large capped ones) on
-    the relaxation of `relaxed_bound`. Always a valid bound: the pricing that proves it is
+    the relaxation of `relaxed_lp`. Always a valid bound: the pricing that proves it is
     exact.
     """
     from seqpack_cli.checks import check_max_seqs_per_bin, validate_length_counts
@@ -203,7 +203,7 @@ def _solve_level(
         if loss == 0:  # its first round prices the coarser level's duals instead of solving
             solver.start_duals = coarse.duals
         if loss == 0 and cap is not None and _relaxation_may_raise(solver, cap, coarse.value):
-            relaxed = _relaxed_lp(
+            relaxed = relaxed_lp(
                 solver.lengths,
                 solver.counts,
                 max_seq_len,
@@ -220,7 +220,7 @@ def _solve_level(
 
 
 def _relaxation_may_raise(solver: ColumnGeneration, cap: int, coarse_value: float) -> bool:
-    """Whether the relaxation of `relaxed_bound` is worth its rounds: where the cap bounds the
+    """Whether the relaxation of `relaxed_lp` is worth its rounds: where the cap bounds the
     bins at least as much as the tokens do, or where the coarse level's LP (at least the
     histogram's LP optimum) is more than `_RELAXED_ABOVE` over the bound known, more than its
     rounding and stopping explain (`chat` at 2,048 tokens and 3 per bin: 3.3% over the volume
@@ -232,7 +232,7 @@ def _relaxation_may_raise(solver: ColumnGeneration, cap: int, coarse_value: floa
     return cap_binds or coarse_value > solver.bound * (1.0 + _RELAXED_ABOVE)
 
 
-def relaxed_bound(
+def relaxed_lp(
     lengths: np.ndarray,
     counts: np.ndarray,
     max_seq_len: int,
@@ -241,9 +241,10 @@ def relaxed_bound(
     *,
     start: list[Template] | None = None,
     known: int = 0,
-) -> int:
-    """A lower bound from the LP of a relaxation: lengths rounded down to multiples of a
-    power of two m, in units of m, and a bin of floor(max_seq_len / m) units.
+) -> LPSolution:
+    """The LP of a relaxation, as far as its rounds took it: its `bound` bounds the histogram
+    (and its `work`, the level's budget pays). The relaxation: lengths rounded down to multiples
+    of a power of two m, in units of m, and a bin of floor(max_seq_len / m) units.
 
     Any packing of the histogram is one of the relaxation (floor(a / m) + floor(b / m) <=
     floor((a + b) / m)), so the relaxation's LP bound (exact Farley pricing) bounds it too. With
@@ -257,21 +258,6 @@ def relaxed_bound(
     that it cannot beat it (its own loss, about half a unit per sequence of a bin, is larger
     where the cap lets bins hold many sequences).
     """
-    return _relaxed_lp(lengths, counts, max_seq_len, cap, work, start=start, known=known).bound
-
-
-def _relaxed_lp(
-    lengths: np.ndarray,
-    counts: np.ndarray,
-    max_seq_len: int,
-    cap: int,
-    work: float,
-    *,
-    start: list[Template] | None = None,
-    known: int = 0,
-) -> LPSolution:
-    """The LP of `relaxed_bound`'s relaxation, as far as its rounds took it (its bound, and
-    the work it took)."""
     merge = 2
     while max_seq_len // merge > _RELAXED_UNITS:
         merge *= 2
