@@ -13,6 +13,7 @@ from __future__ import annotations
 import logging
 import os
 import shutil
+import subprocess
 import sys
 import tempfile
 import threading
@@ -328,8 +329,47 @@ def test_the_output_and_its_temporaries_are_never_inputs(tmp_path: Path) -> None
         scan.resolve_inputs([data / "prepared" / "stray.parquet"], exclude=out)
     with pytest.raises(InputError, match="matches only the output directory"):
         scan.resolve_inputs([str(data / "prep*")], exclude=out)
-    # Without the exclusion the stray parquet would be read.
-    assert data / "prepared" / "stray.parquet" in scan.resolve_inputs([data])
+    # Without the exclusion the output is still skipped: it holds seqpack's manifest.
+    assert scan.resolve_inputs([data]) == expected
+
+
+def test_prepared_directories_in_the_data_are_skipped_silently(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    # Reported: with the output inside the data directory (which the README allows), every later
+    # `seqpack stats data/` warned about ~2,000 non-parquet files, the prepared directory's own.
+    data = tmp_path / "data"
+    write_parquet(data / "part-0.parquet", {"n": [1, 2, 2]})
+    for name in ("prepared", "sub/older"):
+        prepare_dataset(
+            PrepareConfig(inputs=[data], length_column="n", max_seq_len=8, output=data / name)
+        )
+    # Another tool's manifest.json is no reason to skip its directory, nor to stay quiet.
+    (data / "other").mkdir()
+    (data / "other" / "manifest.json").write_text('{"format": "mosaicml-streaming"}')
+    write_parquet(data / "other" / "x.parquet", {"n": [3]})
+    expected = [data / "other" / "x.parquet", data / "part-0.parquet"]
+    for inputs in ([data], [str(data / "**")], [str(data / "*")]):
+        caplog.clear()
+        with caplog.at_level(logging.WARNING, logger="seqpack_cli.prepare.inputs"):
+            assert scan.resolve_inputs(inputs) == expected, inputs
+        assert caplog.text.count("WARNING") == 1, (inputs, caplog.text)
+        assert "left out 1 file(s) not parquet" in caplog.text, (inputs, caplog.text)
+        assert "data/prepared" not in caplog.text and "older" not in caplog.text
+    # A stray parquet inside a prepared directory is not data either, even for a pattern.
+    write_parquet(data / "prepared" / "stray.parquet", {"n": [99]})
+    caplog.clear()
+    with caplog.at_level(logging.WARNING, logger="seqpack_cli.prepare.inputs"):
+        assert scan.resolve_inputs([str(data / "**" / "*.parquet")]) == expected
+    assert caplog.text == ""
+    assert scan.resolve_inputs([data]) == expected
+    # Through the command: stats over the data directory warns about nothing seqpack wrote.
+    command = ["stats", str(data), "--length-column", "n", "--max-seq-len", "8", "--json"]
+    result = subprocess.run(
+        [sys.executable, "-m", "seqpack_cli", *command], capture_output=True, text=True
+    )
+    assert result.returncode == 0, result.stderr
+    assert "1 file(s) not parquet" in result.stderr and ".npy" not in result.stderr, result.stderr
 
 
 def test_a_second_run_over_a_glob_of_its_own_input_directory(tmp_path: Path) -> None:

@@ -3,13 +3,16 @@
 `resolve_inputs` walks directories (following symlinked ones, each loop cut once), matches globs,
 takes files by their extension (`PARQUET_SUFFIXES`), refuses remote URLs, keeps the output
 directory out, and reads each file once however many names reach it. What it leaves out is
-logged, with a count and an example. No DuckDB here: the files are only named and stat-ed.
+logged, with a count and an example, except the prepared directories seqpack wrote (those with
+seqpack's manifest): an output kept beside its data is skipped silently. No DuckDB here: the
+files are only named and stat-ed (and a found `manifest.json` parsed).
 """
 
 from __future__ import annotations
 
 import fnmatch
 import itertools
+import json
 import logging
 import os
 import re
@@ -18,6 +21,7 @@ from collections.abc import Iterator, Sequence
 from pathlib import Path
 
 from seqpack_cli.errors import ConfigError, InputError, option
+from seqpack_cli.prepared.layout import FORMAT_NAME, MANIFEST_NAME
 from seqpack_cli.prepared.siblings import is_sibling_of
 
 __all__ = ["GLOB_CHARS", "PARQUET_SUFFIXES", "check_outside", "not_regular", "resolve_inputs"]
@@ -87,6 +91,27 @@ def _is_parquet_name(path: Path) -> bool:
     return path.suffix.lower() in PARQUET_SUFFIXES
 
 
+def _is_prepared(directory: Path) -> bool:
+    """Whether `directory` is a prepared directory seqpack wrote: its `manifest.json` is
+    seqpack's (a `format_version`, and the `format` seqpack writes, or none in older ones).
+
+    Such a directory is never data (its files are .json and .npy), so scanning skips it without
+    a warning; another tool's `manifest.json` does not count.
+    """
+    manifest = directory / MANIFEST_NAME
+    if not manifest.is_file():
+        return False
+    try:
+        document = json.loads(manifest.read_bytes())
+    except (OSError, ValueError):
+        return False
+    return (
+        isinstance(document, dict)
+        and "format_version" in document
+        and document.get("format", FORMAT_NAME) == FORMAT_NAME
+    )
+
+
 def not_regular(path: str | os.PathLike[str]) -> str | None:
     """Why `path` (followed if a symlink) is no input file, or None for a regular file."""
     try:
@@ -137,7 +162,7 @@ def _walk(root: Path, excluded: _Excluded, skipped: _Skipped) -> list[Path]:
                 identity = _identity(path)
                 if identity in above:
                     skipped.add(_Skipped.LOOP, str(path))
-                elif excluded.container(path) is None:
+                elif excluded.container(path) is None and not _is_prepared(path):
                     stack.append((path, above | {identity}))
             elif entry.is_file():
                 if _is_parquet_name(path):
@@ -205,12 +230,27 @@ def _glob(pattern: str, excluded: _Excluded, skipped: _Skipped) -> list[Path]:
     files: list[Path] = []
     not_parquet: list[Path] = []
     num_excluded = 0
+    prepared: dict[Path, bool] = {}  # directories below `base` checked for seqpack's manifest
+
+    def in_prepared(match: Path) -> bool:
+        """Whether `match` is, or lies in, a prepared directory below the pattern's fixed part."""
+        relative = match.relative_to(base).parts
+        for depth in range(1, len(relative) + 1):
+            directory = base.joinpath(*relative[:depth])
+            if directory not in prepared:
+                prepared[directory] = directory.is_dir() and _is_prepared(directory)
+            if prepared[directory]:
+                return True
+        return False
+
     for match in _matches(base, parts):
         if excluded.container(match) is not None:
             num_excluded += 1
             continue
         if any(part.startswith((".", "_")) for part in match.relative_to(base).parts):
             continue  # not data (see _walk), unless the pattern's fixed part names it
+        if in_prepared(match):
+            continue  # seqpack's own output (see _walk), unless the fixed part names it
         if match.is_dir():
             files.extend(_walk(match, excluded, skipped))
         elif not_regular(match) is not None:
@@ -303,8 +343,10 @@ def resolve_inputs(
     symlinked directories; hidden and `_`-prefixed entries are not data. Each file is read once,
     however many names reach it; files left out are logged (a warning with a count and an
     example). Directories in `exclude` (the output, with its hidden `.NAME.seqpack-*` siblings)
-    are never searched, and a named input inside one is refused. The sorted order defines the
-    row-index ids, so it does not depend on the order inputs were named in.
+    are never searched, and a named input inside one is refused; prepared directories seqpack
+    wrote (seqpack's `manifest.json`) found while searching are skipped without a warning. The
+    sorted order defines the row-index ids, so it does not depend on the order inputs were named
+    in.
     """
     if isinstance(inputs, (str, os.PathLike)):
         inputs = [inputs]
