@@ -20,7 +20,6 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
-import shutil
 import time
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
@@ -46,6 +45,7 @@ from seqpack_cli.prepare.token_store import STORE_RULES
 from seqpack_cli.prepare.token_stream import Fault, StreamSpec, stream_token_batches
 from seqpack_cli.prepared import PreparedWriter
 from seqpack_cli.prepared.layout import STORE_ROLES
+from seqpack_cli.prepared.mounts import remove_tree
 from seqpack_cli.progress import ProgressCallback
 from seqpack_cli.token_sources import IDS_NAME, INFO_NAME, OFFSETS_NAME, ROWS_NAME, TOKENS_NAME
 
@@ -217,7 +217,7 @@ def write_error(config: PrepareConfig, error: OSError) -> ConfigError:
 def _discard(root: Path) -> None:
     """Remove what the pass wrote into the temporary directory (before the two passes run)."""
     for role in STORE_ROLES:
-        shutil.rmtree(root / role, ignore_errors=True)
+        remove_tree(root / role)
 
 
 @dataclass(frozen=True)

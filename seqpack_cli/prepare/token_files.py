@@ -17,7 +17,6 @@ import errno
 import json
 import logging
 import os
-import shutil
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -38,6 +37,7 @@ from seqpack_cli.prepare.token_reading import (
 from seqpack_cli.prepared import Prepared, load_prepared, recover_siblings
 from seqpack_cli.prepared import siblings as _siblings
 from seqpack_cli.prepared.alignment import check_pool_lengths
+from seqpack_cli.prepared.mounts import check_no_mounts_inside, remove_tree
 from seqpack_cli.prepared.staging import Staging
 from seqpack_cli.token_sources import (
     IDS_NAME,
@@ -95,6 +95,7 @@ def _check_output(output: Path, *, overwrite: bool) -> None:
             f"output directory {output} already exists; pass {_OVERWRITE} to replace it, or "
             f"choose another {option('output')}"
         )
+    check_no_mounts_inside(output)
     entries = sorted(os.listdir(output))
     foreign = [name for name in entries if name not in _OWN_NAMES]
     if entries and (foreign or not _is_token_source(output)):
@@ -365,7 +366,7 @@ def write_token_source(
     finally:
         staging.release()
     if replaced is not None:
-        shutil.rmtree(replaced, ignore_errors=True)
+        remove_tree(replaced)
     logger.info(
         "wrote %s: %d sequences, %d %s tokens (%.2fs)",
         output,

@@ -24,6 +24,7 @@ from seqpack_cli.prepared.layout import (
     STORE_ROLES,
     TEMPLATES_NAME,
 )
+from seqpack_cli.prepared.mounts import check_no_mounts_inside
 from seqpack_cli.prepared.pool_files import POOLS_DIR
 from seqpack_cli.prepared.siblings import name_max
 
@@ -99,6 +100,7 @@ def _replaceable(output: Path) -> None:
             f"output directory {output} is a mount point, which cannot be replaced as a whole; "
             f"choose a directory inside it as {option('output')} (e.g. {output / 'prepared'})"
         )
+    check_no_mounts_inside(output)  # whose files the removal of the replaced copy would delete
     if not any(output.iterdir()):
         return
     if not (output / MANIFEST_NAME).is_file():

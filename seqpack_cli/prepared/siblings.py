@@ -26,10 +26,11 @@ import logging
 import os
 import platform
 import re
-import shutil
 import sys
 from collections.abc import Callable, Iterator
 from pathlib import Path
+
+from seqpack_cli.prepared.mounts import remove_tree
 
 try:
     import fcntl
@@ -256,5 +257,5 @@ def recover_siblings(output: str | os.PathLike[str]) -> None:
                         pid,
                     )
                 continue
-            shutil.rmtree(sibling, ignore_errors=True)
+            remove_tree(sibling)  # never into a filesystem mounted inside it
             logger.info("removed %s, left by a run (pid %d) that was killed", sibling, pid)

@@ -13,10 +13,10 @@ import contextlib
 import errno
 import logging
 import os
-import shutil
 import uuid
 from pathlib import Path
 
+from seqpack_cli.prepared.mounts import remove_tree
 from seqpack_cli.prepared.siblings import OLD, TMP, FlockUnsupported, lock_directory, sibling_path
 
 __all__ = ["Staging"]
@@ -90,12 +90,12 @@ class Staging:
 
     def _remove_tree(self) -> None:
         # No thread of the writer writes here any more (the pool creation is stopped first;
-        # appends run in the caller's threads): what rmtree still fails to remove gets one more
+        # appends run in the caller's threads): what remove_tree still fails to remove gets one more
         # try, then a warning that names it (the next run writing this output removes it once
         # this process is gone).
         left: list[str] = []
         for _ in range(2):
-            shutil.rmtree(self.path, ignore_errors=True)
+            remove_tree(self.path)
             if not os.path.lexists(self.path):
                 return
             left = sorted(

@@ -44,6 +44,7 @@ from seqpack_cli.prepared.layout import (
     counts_to_json,
     templates_to_json,
 )
+from seqpack_cli.prepared.mounts import remove_tree
 from seqpack_cli.prepared.output_checks import check_output
 from seqpack_cli.prepared.pool_creation import BackgroundPoolFiles
 from seqpack_cli.prepared.pool_files import POOL_DTYPE as _POOL_DTYPE
@@ -151,7 +152,7 @@ class PreparedWriter:
             if not self._committed:
                 self._staging.discard()
             elif self._replaced is not None:
-                shutil.rmtree(self._replaced, ignore_errors=True)
+                remove_tree(self._replaced)
         finally:
             self._staging.release()
             self._replaced = None
