@@ -25,7 +25,11 @@ A free "exchange" column per pair of adjacent lengths lets a slot of the longer 
 (dual-optimal inequalities: the duals then increase with the length, as an optimal dual always
 can); the rounding's slot assignment (`seqpack_cli.packing.lp_rounding`) does the same with whole
 bins. The right-hand side is scaled to O(1), HiGHS' tolerances being absolute: nothing here grows
-with the number of sequences.
+with the number of sequences; a row far below the largest is scaled up to `_LEAST_RHS`, so that a
+length of a few sequences beside one of millions is not lost in those tolerances. Where the vertex
+LP ends within a bin or so of the bound, its duals, read as exact fractions
+(`seqpack_cli.packing.pricing.certified_bound`), certify the ceiling of the LP optimum at any
+count (floats are a bin off at a billion sequences).
 """
 
 from __future__ import annotations
@@ -38,7 +42,7 @@ from typing import Any
 import numpy as np
 
 from seqpack_cli.packing.bounds import lower_bounds_of_lengths
-from seqpack_cli.packing.pricing import price_templates
+from seqpack_cli.packing.pricing import certified_bound, price_templates
 
 __all__ = ["ColumnGeneration", "LPSolution", "Template"]
 
@@ -53,6 +57,10 @@ _REDUCED_COST_VERTEX = 1e-9
 _POOL_PER_LENGTH = 1  # the pool keeps about this many templates per distinct length
 _IN_USE = 1e-7  # an interior solution's template is in use above this share of the largest
 _IN_USE_RESULT = 1e-4  # ... and passed on as a coarse level's result (`vertex=False`)
+# The exact certificate runs where the vertex LP is within 1 bin + this share of the bound.
+_CERTIFY_WITHIN = 1e-6
+# The restricted LP's rows are scaled to a right-hand side of at least this (the largest: 1).
+_LEAST_RHS = 1e-4
 # The work model of a round, in seconds of this project's reference machine (a deterministic
 # estimate from the sizes, never a clock): the interior point method per nonzero of the
 # restricted LP and per 1,024 lengths (rows), and the pricing per cell of its dynamic program.
@@ -218,6 +226,11 @@ class ColumnGeneration:
             if not self.add(new):
                 break
             value, duals, multiplicities = self.solve(interior=False)
+        if value - self.bound < 1.0 + _CERTIFY_WITHIN * value:
+            # within a few bins of the LP, where the floats' error decides the ceiling: the
+            # vertex duals read as exact fractions (`pricing.certified_bound`)
+            exact = certified_bound(self.lengths, self.counts, duals, self.max_seq_len, self.cap)
+            self.bound = max(self.bound, exact)
         return LPSolution(
             self.lengths,
             self.counts,
@@ -269,7 +282,12 @@ class ColumnGeneration:
         """
         from scipy.optimize import OptimizeWarning, linprog
 
-        matrix = self._matrix()
+        # rows scaled up to a right-hand side of at least _LEAST_RHS: a length of a few
+        # sequences beside one of millions stays a constraint within HiGHS' tolerances (at
+        # 1 / 3e7 it was "covered" by nothing, its dual 0, and the bound bins short)
+        rhs = self.counts / self._scale
+        row_scale = np.maximum(1.0, _LEAST_RHS / rhs)
+        matrix = self._matrix(row_scale)
         num_templates = len(self.templates)
         cost = np.concatenate((np.ones(num_templates), np.zeros(matrix.shape[1] - num_templates)))
         with warnings.catch_warnings():
@@ -278,14 +296,15 @@ class ColumnGeneration:
             result = linprog(
                 cost,
                 A_ub=-matrix,
-                b_ub=-(self.counts / self._scale),
+                b_ub=-(rhs * row_scale),
                 bounds=(0, None),
                 method="highs-ipm",
                 options={"run_crossover": "off"} if interior else {},
             )
         if result.status != 0:
             raise RuntimeError(f"the restricted LP failed: {result.message}")
-        duals = np.maximum(-np.asarray(result.ineqlin.marginals, dtype=np.float64), 0.0)
+        marginals = -np.asarray(result.ineqlin.marginals, dtype=np.float64)
+        duals = np.maximum(marginals, 0.0) * row_scale
         multiplicities = np.asarray(result.x[:num_templates], dtype=np.float64) * self._scale
         return float(result.fun) * self._scale, duals, multiplicities
 
@@ -314,9 +333,10 @@ class ColumnGeneration:
     def _close(self, value: float) -> bool:
         return value <= self.bound * (1.0 + self.stop_gap)
 
-    def _matrix(self) -> Any:
-        """The restricted LP's matrix: a column per template, then the exchange columns."""
-        from scipy.sparse import csc_array
+    def _matrix(self, row_scale: np.ndarray) -> Any:
+        """The restricted LP's matrix: a column per template, then the exchange columns; row i
+        multiplied by `row_scale[i]`."""
+        from scipy.sparse import csc_array, diags_array
 
         n = len(self.lengths)
         sizes = [len(items) for items, _ in self.templates]
@@ -328,7 +348,8 @@ class ColumnGeneration:
             [copies.astype(np.float64) for _, copies in self.templates]
             + [np.ones(n - 1), -np.ones(n - 1)]
         )
-        return csc_array((data, (rows, cols)), shape=(n, len(sizes) + n - 1))
+        matrix = csc_array((data, (rows, cols)), shape=(n, len(sizes) + n - 1))
+        return csc_array(diags_array(row_scale) @ matrix)
 
     def _price(self, duals: np.ndarray, reduced_cost: float) -> list[Template]:
         """Price the templates under `duals`: raise the bound (Farley) and return the best

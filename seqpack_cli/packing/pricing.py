@@ -24,14 +24,28 @@ worth as much fits wherever the longer one does.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
+from fractions import Fraction
 
 import numpy as np
 
-__all__ = ["Pricing", "Quantized", "price_templates", "quantize", "staircase"]
+__all__ = [
+    "Pricing",
+    "Quantized",
+    "best_template_units",
+    "certified_bound",
+    "price_templates",
+    "quantize",
+    "staircase",
+]
 
 _WORD_BITS = 62  # the cells are int64; one bit of headroom for the sentinel arithmetic
 _EMPTY = np.int64(-(1 << _WORD_BITS))  # no template reaches this cell (capped layers)
+# `certified_bound` reads the duals as fractions of denominators up to this: a vertex's duals
+# solve a system of templates' copies, whose determinants are small on the histograms where the
+# LP converges; the solver's floats (accurate to ~1e-9) identify such fractions uniquely.
+_MAX_DENOMINATOR = 10_000
 
 
 @dataclass(frozen=True)
@@ -127,6 +141,58 @@ def price_templates(
         for item, template in zip(chosen.tolist(), read_back, strict=True):
             templates[item] = template
     return Pricing(quantized, best_units, item_units, templates)
+
+
+def best_template_units(
+    lengths: np.ndarray, units: np.ndarray, max_seq_len: int, cap: int | None
+) -> int | None:
+    """The exact value of the most valuable template under integer item values `units`
+    (lengths distinct, ascending), or None where the values are too large for a DP cell."""
+    lengths = np.asarray(lengths, dtype=np.int64)
+    max_items = max_seq_len // int(lengths[0]) if cap is None else min(cap, max_seq_len)
+    index_bits = len(lengths).bit_length()
+    largest = int(max(units, default=0)) * max(max_items, 1)
+    if largest.bit_length() + index_bits + 1 > _WORD_BITS:
+        return None
+    units = np.asarray(units, dtype=np.int64)
+    stair = staircase(lengths, units)
+    if cap is None:
+        table = _uncapped_table(lengths, units, stair, max_seq_len, index_bits)
+    else:
+        table = _capped_table(lengths, units, stair, max_seq_len, cap, index_bits)
+    return max(int(table.max()) >> index_bits, 0) if table.size else 0
+
+
+def certified_bound(
+    lengths: np.ndarray,
+    counts: np.ndarray,
+    duals: np.ndarray,
+    max_seq_len: int,
+    cap: int | None,
+    max_denominator: int = _MAX_DENOMINATOR,
+) -> int:
+    """A lower bound on the bins of any packing, from `duals` (floats, one per length) read as
+    the nearby fractions of denominators up to `max_denominator`, in exact arithmetic.
+
+    A vertex of the dual LP is a vector of fractions with small denominators; the solver's
+    floats are within ~1e-9 of it, which is a whole bin of error at a billion sequences, while
+    the fractions are the vertex itself. With `Q` their common denominator and `units` = y Q
+    (integers), the best template is worth `best` units (exact DP), and
+    `ceil(sum(counts * units) / max(Q, best))` bounds the bins (Farley: scaled down by the
+    best template's value where the fractions are not dual feasible), in Python integers
+    whatever the counts. 0 where the fractions' common denominator is too large for the DP.
+    """
+    fractions = [
+        Fraction(float(value)).limit_denominator(max_denominator)
+        for value in np.maximum(np.asarray(duals, dtype=np.float64), 0.0).tolist()
+    ]
+    denominator = math.lcm(*(fraction.denominator for fraction in fractions))
+    units = [fraction.numerator * (denominator // fraction.denominator) for fraction in fractions]
+    best = best_template_units(lengths, np.array(units, dtype=object), max_seq_len, cap)
+    if best is None or best == 0:
+        return 0
+    total = sum(int(count) * unit for count, unit in zip(counts.tolist(), units, strict=True))
+    return -(-total // max(denominator, best))
 
 
 def _templates_of(
