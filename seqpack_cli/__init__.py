@@ -18,6 +18,7 @@ _EXPORTS: dict[str, str] = {
     "SeqpackError": "errors",
     "InputError": "errors",
     "ConfigError": "errors",
+    "MissingDependencyError": "errors",
     "PreparedFormatError": "errors",
     # seeding
     "seed_from_components": "seeding",
@@ -60,11 +61,29 @@ _EXPORTS: dict[str, str] = {
 __all__ = ["__version__", *sorted(_EXPORTS)]
 
 
+# The optional dependencies a public name's module may import, and the extra that installs each.
+_EXTRAS = {"torch": "torch"}
+
+
 def __getattr__(name: str) -> Any:
     module_name = _EXPORTS.get(name)
     if module_name is None:
         raise AttributeError(f"module 'seqpack_cli' has no attribute {name!r}")
-    value = getattr(importlib.import_module(f"seqpack_cli.{module_name}"), name)
+    try:
+        module = importlib.import_module(f"seqpack_cli.{module_name}")
+    except ModuleNotFoundError as error:
+        # `from seqpack_cli import PackedDataset` without torch: say which extra to install, not
+        # torch's bare "No module named 'torch'" from deep inside the datasets.
+        missing = (error.name or "").partition(".")[0]
+        if missing not in _EXTRAS:
+            raise
+        from seqpack_cli.errors import MissingDependencyError
+
+        raise MissingDependencyError(
+            f"seqpack_cli.{name} needs {missing}, which is not installed: "
+            f"pip install 'seqpack-cli[{_EXTRAS[missing]}]'"
+        ) from None
+    value = getattr(module, name)
     globals()[name] = value  # cache: later look-ups skip __getattr__
     return value
 

@@ -17,6 +17,7 @@ import re
 __all__ = [
     "ConfigError",
     "InputError",
+    "MissingDependencyError",
     "PreparedFormatError",
     "SeqpackError",
     "option",
@@ -50,6 +51,12 @@ class InputError(SeqpackError, ValueError):
 
 class ConfigError(SeqpackError, ValueError):
     """An option or argument has a value seqpack cannot work with."""
+
+
+class MissingDependencyError(ConfigError, ImportError):
+    """An optional dependency is not installed; the message names the extra that brings it
+    (`pip install 'seqpack-cli[torch]'`). An `ImportError` too, so `except ImportError` around an
+    optional import catches it."""
 
 
 class PreparedFormatError(SeqpackError, ValueError):

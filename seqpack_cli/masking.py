@@ -15,8 +15,8 @@ of its own instead, so its bias and block mask are right with or without the mas
 
 Everything is vectorised (no Python loop over rows, sequences or tokens). torch is imported
 inside the functions, so importing this module does not import it; without torch a call raises
-a `ConfigError` that says to `pip install 'seqpack[torch]'`. Integer options are checked by
-`seqpack_cli.checks.check_int`.
+a `MissingDependencyError` (a `ConfigError`) that says to `pip install 'seqpack-cli[torch]'`.
+Integer options are checked by `seqpack_cli.checks.check_int`.
 """
 
 from __future__ import annotations
@@ -25,7 +25,7 @@ import logging
 from typing import TYPE_CHECKING, Any
 
 from seqpack_cli.checks import check_int
-from seqpack_cli.errors import ConfigError, InputError
+from seqpack_cli.errors import ConfigError, InputError, MissingDependencyError
 
 if TYPE_CHECKING:
     import torch
@@ -42,13 +42,13 @@ logger = logging.getLogger(__name__)
 
 
 def require_torch() -> Any:
-    """Return the torch module, or raise a `ConfigError` that says how to install it."""
+    """Return the torch module, or raise a `MissingDependencyError` that says how to install it."""
     try:
         import torch
     except ImportError as error:
-        raise ConfigError(
+        raise MissingDependencyError(
             "torch is not installed: seqpack's attention builders and collator need it; "
-            "install it with pip install 'seqpack[torch]'"
+            "install it with pip install 'seqpack-cli[torch]'"
         ) from error
     return torch
 

@@ -299,7 +299,7 @@ def test_maxtext_needs_no_torch(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setitem(sys.modules, "torch", None)
     features = PackedCollator(SOURCE, MAX_SEQ_LEN, 0, format="maxtext")(BINS)
     assert features["inputs"].shape == (3, MAX_SEQ_LEN)
-    with pytest.raises(ConfigError, match=r"pip install 'seqpack\[torch\]'"):
+    with pytest.raises(ConfigError, match=r"pip install 'seqpack-cli\[torch\]'"):
         PackedCollator(SOURCE, MAX_SEQ_LEN, 0)(BINS)
 
 

@@ -293,7 +293,7 @@ def test_a_missing_dask_is_one_line_with_the_install_command(monkeypatch, tmp_pa
         "find_spec",
         lambda name, *a: None if name == "distributed" else real(name, *a),
     )
-    with pytest.raises(ConfigError, match=r"pip install 'seqpack\[dask\]'"):
+    with pytest.raises(ConfigError, match=r"pip install 'seqpack-cli\[dask\]'"):
         PrepareConfig(
             inputs=[tmp_path], length_column="n", max_seq_len=8, output="o", engine="dask",
             workers=1,

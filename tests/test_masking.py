@@ -270,7 +270,7 @@ def test_flex_block_mask_matches_the_bias(causal: bool, block_size: int) -> None
 
 def test_without_torch_a_call_says_how_to_install(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setitem(sys.modules, "torch", None)  # `import torch` now raises ImportError
-    with pytest.raises(ConfigError, match=r"pip install 'seqpack\[torch\]'"):
+    with pytest.raises(ConfigError, match=r"pip install 'seqpack-cli\[torch\]'"):
         build_packing_cu_seqlens([[0, 0, 1]])
 
 

@@ -225,5 +225,5 @@ class PrepareConfig:
         if importlib.util.find_spec("distributed") is None:
             raise ConfigError(
                 f"{engine_option('dask')} needs Dask distributed, which is not installed: "
-                "pip install 'seqpack[dask]'"
+                "pip install 'seqpack-cli[dask]'"
             )

@@ -69,7 +69,7 @@ def _import_distributed() -> Any:
     except ImportError as error:
         raise ConfigError(
             f"{engine_option('dask')} needs Dask distributed ({first_line(error)}): pip install "
-            "'seqpack[dask]'"
+            "'seqpack-cli[dask]'"
         ) from None
     return distributed
 
@@ -202,8 +202,9 @@ def task_error(error: BaseException, what: str) -> BaseException:
         )
     if isinstance(error, ImportError):
         return ConfigError(
-            f"a Dask worker cannot run {what}: {first_line(error)}; install seqpack "
-            f"{__version__} (pip install 'seqpack[dask]') in every worker's environment"
+            f"a Dask worker cannot run {what}: {first_line(error)}; install seqpack-cli "
+            f"{__version__} (pip install 'seqpack-cli[dask]=={__version__}') in every worker's "
+            "environment"
         )
     if name in ("CommClosedError", "CancelledError", "FutureCancelledError") or isinstance(
         error, (OSError, TimeoutError)
