@@ -131,7 +131,7 @@ def check_max_seqs_per_bin(max_seqs_per_bin: Any) -> int | None:
         name,
         max_seqs_per_bin,
         1,
-        "a positive integer or None",
+        "a positive integer",
         f"pass {name} 1 or more, or leave it unset for no cap",
     )
 

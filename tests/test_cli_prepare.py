@@ -296,6 +296,7 @@ def test_bad_input_is_one_line_and_writes_nothing(tmp_path: Path, name: str) -> 
     lines = result.stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("error: "), result.stderr
     assert "Traceback" not in result.stderr
+    assert "None" not in lines[0], "no Python spelling on the command line"
     for fragment in fragments:
         assert fragment in lines[0], f"{fragment!r} not in {lines[0]!r}"
     assert sorted(p.as_posix() for p in tmp_path.rglob("*")) == before, "nothing written"

@@ -260,7 +260,7 @@ def test_summary_bound_counts_sequences_that_cannot_share_a_bin(tmp_path: Path) 
     ("changes", "message"),
     [
         ({"max_seq_len": 0}, r"max_seq_len is 0; expected a positive integer; pass max_seq_len"),
-        ({"max_seqs_per_bin": 0}, r"max_seqs_per_bin is 0; expected a positive integer or None"),
+        ({"max_seqs_per_bin": 0}, r"max_seqs_per_bin is 0; expected a positive integer; pass"),
         (
             {"memory_limit": "4 gigs"},
             r"memory_limit is '4 gigs'; expected a size",

@@ -263,7 +263,7 @@ def test_numpy_integer_lengths_are_accepted() -> None:
         ({"max_seq_len": True}, "max_seq_len is the bool True; expected a positive integer"),
         ({"buffer_size": 0}, "buffer_size is 0; expected a positive integer"),
         ({"buffer_size": 2.0}, "buffer_size is 2.0 of type float; expected a positive integer"),
-        ({"max_seqs_per_bin": 0}, "max_seqs_per_bin is 0; expected a positive integer or None"),
+        ({"max_seqs_per_bin": 0}, "max_seqs_per_bin is 0; expected a positive integer; pass"),
         ({"overlong": "wrap"}, "overlong='wrap'"),
         ({"truncate_fn": lambda x, n: x}, "truncate_fn is given but overlong='error'"),
     ],

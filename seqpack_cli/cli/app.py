@@ -2,7 +2,8 @@
 
 Each command parses its options, makes one library call and renders the result. Every
 `SeqpackError` becomes one red line on stderr and exit code 1, here and nowhere else; usage errors
-keep exit code 2; `SEQPACK_DEBUG=1` shows the full traceback instead. Ctrl-C and SIGTERM end a
+are one line too, with exit code 2 (`usage`); `SEQPACK_DEBUG=1` shows the full traceback
+instead. Ctrl-C and SIGTERM end a
 command with one line and the shell's codes (130, 143); one that comes after the output was
 written only adds a note, and the command finishes.
 """
@@ -21,6 +22,7 @@ from typer.core import TyperGroup
 from seqpack_cli import __version__
 from seqpack_cli.cli.prepare import prepare
 from seqpack_cli.cli.stats import STATS_EPILOG, stats
+from seqpack_cli.cli.usage import SeqpackCommand, as_flag, show_usage_error
 from seqpack_cli.errors import SeqpackError
 from seqpack_cli.interrupts import Interrupts, Terminated
 
@@ -32,6 +34,11 @@ class _SeqpackGroup(TyperGroup):
 
     _whole_process = False
 
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        for param in self.params:
+            as_flag(param)
+
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         # The console script and `python -m` call the command (CliRunner calls `main`): then the
         # process ends with it, and a signal during that end must not change its exit code.
@@ -39,6 +46,18 @@ class _SeqpackGroup(TyperGroup):
         return super().__call__(*args, **kwargs)
 
     # `ctx` is click's Context, which typer may vendor (typer>=0.29) or import (older): Any.
+    def get_help_option(self, ctx: Any) -> Any:
+        return as_flag(super().get_help_option(ctx))
+
+    def make_context(self, *args: Any, **kwargs: Any) -> Any:
+        # The group's own options (`seqpack --bogus`) are parsed here, before `invoke`.
+        try:
+            return super().make_context(*args, **kwargs)
+        except Exception as error:
+            if not show_usage_error(error):
+                raise
+            raise typer.Exit(2) from None
+
     def invoke(self, ctx: Any) -> Any:
         interrupts = Interrupts()
         installed = interrupts.install()
@@ -59,6 +78,11 @@ class _SeqpackGroup(TyperGroup):
             name = "interrupted" if signum == signal.SIGINT else "terminated (SIGTERM)"
             typer.secho(f"{name}; nothing written", fg="red", err=True)
             ctx.exit(128 + signum)
+        except Exception as error:
+            # A command's options are parsed in here: one line, exit code 2.
+            if not show_usage_error(error):
+                raise
+            ctx.exit(2)
         finally:
             if self._whole_process and installed:
                 # The outcome is decided and about to be reported by the exit code.
@@ -101,5 +125,5 @@ def main(
     )
 
 
-app.command()(prepare)
-app.command(epilog=STATS_EPILOG)(stats)
+app.command(cls=SeqpackCommand)(prepare)
+app.command(cls=SeqpackCommand, epilog=STATS_EPILOG)(stats)

@@ -91,6 +91,7 @@ def prepare(
     inputs: Annotated[
         list[str],
         typer.Argument(
+            metavar="INPUT...",
             help="Parquet files, globs (quote them: 'data/**/*.parquet') or directories.",
             show_default=False,
         ),

@@ -1,0 +1,122 @@
+"""How the `seqpack` command shows its usage: help, usage errors, an interrupt while it starts.
+
+Issue 21, item 6: `--overwrite <bool>` in `--help` (typed `--overwrite true`, it failed as
+"input true does not exist"), a usage line reading `{inputs}...`, Typer's boxed usage errors
+beside seqpack's one-line errors, and "a positive integer or None" on the command line.
+"""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from conftest import write_parquet
+from typer.testing import CliRunner
+
+from seqpack_cli.cli.app import app
+
+BOX = re.compile("[╭╮╰╯│─]")
+COMMANDS = ([], ["prepare"], ["stats"])
+
+
+def _help(command: list[str]) -> str:
+    result = CliRunner().invoke(app, [*command, "--help"], env={"COLUMNS": "200"})
+    assert result.exit_code == 0, result.output
+    return result.output
+
+
+@pytest.mark.parametrize("command", COMMANDS, ids=lambda c: " ".join(["seqpack", *c]))
+def test_help_shows_flags_as_flags(command: list[str]) -> None:
+    text = _help(command)
+    assert "<bool>" not in text and "bool" not in text.replace("Boolean", "")
+    flags = {
+        (): ["--version", "--help"],
+        ("prepare",): ["--overwrite", "--filter-over-cap", "--quiet", "--json", "--help"],
+        ("stats",): ["--verify", "--quiet", "--json", "--help"],
+    }[tuple(command)]
+    for flag in flags:
+        (line,) = [line for line in text.splitlines() if re.search(rf"{flag}\b(?!-)", line)][:1]
+        # The flag, then (after its short form, if any) straight to its help text: no value.
+        after = line.split(flag, 1)[1].strip(" │")
+        assert re.match(r"(-\w\s+)?[A-Z]", after), (flag, line)
+    # An option that takes a value still names it.
+    if command == ["prepare"]:
+        assert re.search(r"--max-seq-len\s+<int>", text)
+
+
+@pytest.mark.parametrize(
+    ("command", "usage"),
+    [
+        (["prepare"], "Usage: seqpack prepare [OPTIONS] INPUT..."),
+        (["stats"], "Usage: seqpack stats [OPTIONS] PREPARED_DIR | INPUT..."),
+        ([], "Usage: seqpack [OPTIONS] COMMAND [ARGS]..."),
+    ],
+)
+def test_the_usage_line_names_arguments_by_their_metavar(command: list[str], usage: str) -> None:
+    text = _help(command)
+    assert usage in text
+    assert "{" not in text.split("Usage:", 1)[1].splitlines()[0]
+
+
+def _data(tmp_path: Path) -> str:
+    return str(write_parquet(tmp_path / "data" / "a.parquet", {"n": [1, 2, 3]}).parent)
+
+
+USAGE_ERRORS = {
+    "unknown option": (["prepare", "{data}", "--bogus"], "No such option: --bogus"),
+    "unknown command": (["bogus"], "No such command 'bogus'"),
+    "unknown group option": (["--bogus"], "No such option: --bogus"),
+    "missing input": (["prepare"], "Missing argument 'INPUT...'"),
+    "missing option": (
+        ["prepare", "{data}", "--length-column", "n", "--max-seq-len", "8"],
+        "Missing option '--output'",
+    ),
+    "a flag given a value": (
+        ["prepare", "{data}", "-o", "{out}", "--length-column", "n", "--max-seq-len", "x"],
+        "Invalid value for '--max-seq-len'",
+    ),
+    "stats values apart": (
+        ["stats", "{data}", "--length-column", "n", "--max-seq-len", "8", "16"],
+        "looks like a --max-seq-len value",
+    ),
+}
+
+
+@pytest.mark.parametrize("case", USAGE_ERRORS)
+def test_usage_errors_are_one_plain_line(tmp_path: Path, case: str) -> None:
+    template, expected = USAGE_ERRORS[case]
+    fill = {"data": _data(tmp_path), "out": str(tmp_path / "out")}
+    result = CliRunner().invoke(app, [arg.format(**fill) for arg in template])
+    assert result.exit_code == 2, result.output
+    assert result.stdout == ""
+    lines = result.stderr.splitlines()
+    assert len(lines) == 1, result.stderr
+    assert lines[0].startswith("error: ") and expected in lines[0], lines[0]
+    assert "--help'" in lines[0] and not BOX.search(lines[0]), lines[0]
+    assert "Traceback" not in result.output
+    assert not (tmp_path / "out").exists()
+
+
+def test_usage_errors_from_the_installed_command_are_one_line(tmp_path: Path) -> None:
+    command = [sys.executable, "-m", "seqpack_cli", "prepare", _data(tmp_path), "--overwrite", "1"]
+    result = subprocess.run(command, capture_output=True, text=True, timeout=120)
+    assert result.returncode == 2, result.stderr
+    assert result.stderr.startswith("error: Missing option '--length-column'"), result.stderr
+    assert len(result.stderr.splitlines()) == 1 and not BOX.search(result.stderr)
+
+
+@pytest.mark.parametrize("command", ["prepare", "stats"])
+def test_no_cap_is_worded_for_the_command_line(tmp_path: Path, command: str) -> None:
+    # Reported: "--max-seqs-per-bin is 0; expected a positive integer or None".
+    args = [command, _data(tmp_path), "--length-column", "n", "--max-seq-len", "8"]
+    args += ["-o", str(tmp_path / "out")] if command == "prepare" else []
+    result = CliRunner().invoke(app, [*args, "--max-seqs-per-bin", "0"])
+    assert result.exit_code == 1, result.output
+    (line,) = result.stderr.splitlines()
+    assert line == (
+        "error: --max-seqs-per-bin is 0; expected a positive integer; pass --max-seqs-per-bin 1 "
+        "or more, or leave it unset for no cap"
+    )
