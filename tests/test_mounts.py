@@ -53,9 +53,10 @@ def _one_line(stderr: str) -> str:
 
 
 @contextlib.contextmanager
-def _mounted(point: Path, *, bind: Path | None = None) -> Iterator[None]:
-    """A tmpfs (or a bind mount of `bind`) at `point`; skips the test where mounting is not
-    permitted (not root, no mount command, a container without the capability)."""
+def _mounted(point: Path, within: Path, *, bind: Path | None = None) -> Iterator[None]:
+    """A tmpfs (or a bind mount of `bind`) at `point`, unmounted at the end wherever it is then
+    inside `within`; skips the test where mounting is not permitted (not root, no mount
+    command, a container without the capability)."""
     point.mkdir(parents=True, exist_ok=True)
     command = ["mount", "--bind", str(bind), str(point)] if bind else ["mount", "-t", "tmpfs"]
     if not bind:
@@ -68,7 +69,9 @@ def _mounted(point: Path, *, bind: Path | None = None) -> Iterator[None]:
     try:
         yield
     finally:
-        subprocess.run(["umount", "-l", str(point)], check=False)
+        # Wherever it is now: a run that moved it (the old bug) must not leave it mounted.
+        for mount in reversed(mounts_inside(within)):
+            subprocess.run(["umount", "-l", str(mount)], check=False)
 
 
 def _foreign_device(monkeypatch: pytest.MonkeyPatch, directory: Path) -> None:
@@ -102,7 +105,7 @@ def test_a_volume_mounted_inside_the_output_is_refused_and_kept(
     kept = tmp_path / "kept"
     shutil.copytree(out / role, kept)
     shutil.rmtree(out / role)
-    with _mounted(out / role, bind=kept if kind == "bind" else None):
+    with _mounted(out / role, tmp_path, bind=kept if kind == "bind" else None):
         if kind == "tmpfs":
             for item in kept.iterdir():
                 shutil.copy(item, out / role / item.name)
@@ -120,7 +123,7 @@ def test_removing_a_tree_stops_at_a_real_mount(tmp_path: Path) -> None:
     top = tmp_path / "top"
     (top / "a").mkdir(parents=True)
     (top / "a" / "file").write_text("ours")
-    with _mounted(top / "a" / "volume"):
+    with _mounted(top / "a" / "volume", tmp_path):
         (top / "a" / "volume" / "tokens.npy").write_text("not ours")
         assert mounts_inside(top) == [top / "a" / "volume"]
         assert remove_tree(top) == [top / "a" / "volume"]
