@@ -48,6 +48,8 @@ IDS_BY_ROW_NAME = ".ids-by-row"
 """Scratch file of the ids in row order (raw int64), turned into the id index."""
 
 _UNSIGNED: list[np.dtype[Any]] = [np.dtype(name) for name in ("u1", "<u2", "<u4", "<u8")]
+_TOKEN_ID_MAX = int(np.iinfo(np.int64).max)
+"""The largest token id kept: tokens are served as int64, uint64 stores included."""
 
 
 @dataclass(frozen=True)
@@ -181,16 +183,32 @@ def _batches(file: TokenInput, columns: list[str]) -> Iterator[pa.RecordBatch]:
 
 
 def choose_dtype(files: Sequence[TokenInput], column: str) -> np.dtype[Any]:
-    """The smallest unsigned dtype that holds the largest token id (uint8 when there is none)."""
+    """The smallest unsigned dtype that holds the largest token id (uint8 when there is none).
+
+    A token id over int64 (in a `list<uint64>` column) is refused here, before any heavy work:
+    tokens are served as int64 (torch's index type), where it would turn negative."""
     high = 0
     for file in files:
         if file.value_range is not None:
-            high = max(high, file.value_range[1])
-            continue
-        for batch in _batches(file, [column]):  # no statistics: a pass over the column
-            found = pc.max(pc.list_flatten(batch.column(column))).as_py()
-            high = max(high, found if found is not None else 0)
-    return next((kind for kind in _UNSIGNED if high <= np.iinfo(kind).max), _UNSIGNED[-1])
+            found = file.value_range[1]
+        else:
+            found = 0
+            for batch in _batches(file, [column]):  # no statistics: a pass over the column
+                largest = pc.max(pc.list_flatten(batch.column(column))).as_py()
+                found = max(found, largest if largest is not None else 0)
+        if found > _TOKEN_ID_MAX:
+            raise InputError(_over_int64(column, file.path, found))
+        high = max(high, found)
+    return next(kind for kind in _UNSIGNED if high <= np.iinfo(kind).max)
+
+
+def _over_int64(column: str, path: Path, value: int, row: int | None = None) -> str:
+    where = f" at row {row} (0-based)" if row is not None else ""
+    return (
+        f"token column {column!r} in {path}{where} holds token id {value}, over int64's "
+        f"{_TOKEN_ID_MAX}; token ids are served as int64 (torch's index type): fix the "
+        "tokenised data"
+    )
 
 
 def choose_signed_dtype(files: Sequence[TokenInput], column: str) -> np.dtype[Any]:
@@ -245,13 +263,18 @@ def _checked(
 ) -> np.ndarray:
     """`values` as `dtype`, or `InputError` naming the first value it (or `rule`) refuses."""
     limits = np.iinfo(dtype)
-    low, high = rule.allowed or (limits.min, limits.max)
+    # A uint64 store (an explicit dtype) holds ids up to int64's maximum: they are served as int64.
+    low, high = rule.allowed or (limits.min, min(limits.max, _TOKEN_ID_MAX))
     checked = rule.allowed is not None or not np.can_cast(values.dtype, dtype, "safe")
+    checked = checked or high < limits.max
     if not (checked and values.size and (values.min() < low or values.max() > high)):
         return values.astype(dtype, copy=False)
     index = int(np.flatnonzero((values < low) | (values > high))[0])
     file, column, first_row = where
     value = int(values[index])
+    row = first_row + _row_of(lengths, index)
+    if rule.allowed is None and value > high and high < limits.max:  # a uint64 store
+        raise InputError(_over_int64(column, file.path, value, row))
     if rule.allowed is not None:
         why = f"outside [{low}, {high}]; {rule.outside}"
     elif value < 0 and limits.min == 0:
@@ -262,8 +285,8 @@ def _checked(
             f"{option('dtype')} (e.g. 'uint32'), or leave it unset to pick one"
         )
     raise InputError(
-        f"{rule.what} column {column!r} in {file.path} at row "
-        f"{first_row + _row_of(lengths, index)} (0-based) holds {value}, which is {why}"
+        f"{rule.what} column {column!r} in {file.path} at row {row} (0-based) holds {value}, "
+        f"which is {why}"
     )
 
 

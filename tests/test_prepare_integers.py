@@ -1,0 +1,122 @@
+"""Integers at the edges of their types, through `prepare --tokens-column` (both local paths:
+the one pass, and the two passes it falls back to).
+
+- token ids in a `list<uint64>` column: up to int64's maximum they are served exactly; over it
+  (where serving them as int64, torch's index type, would turn them negative) they are refused
+  in one line before anything is written;
+- unique ids whose sorted neighbours lie more than 2**63 - 1 apart (-5e18 and 5e18), where a
+  subtraction of neighbours wraps around;
+- input files whose columns have different integer widths (`list<int32>` next to
+  `list<int64>`, `list` next to `large_list`, `uint16` ids next to `int64` ones), as different
+  tokenisers write them.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import pytest
+from token_datasets import write_token_files
+from typer.testing import CliRunner
+
+from seqpack_cli.cli.app import app
+from seqpack_cli.errors import InputError
+from seqpack_cli.prepare import PrepareConfig, load_prepared, prepare_dataset
+from seqpack_cli.prepare import one_pass as one_pass_module
+from seqpack_cli.prepare.token_files import write_token_source
+from seqpack_cli.prepare.token_stream import Fault
+
+INT64_MAX = int(np.iinfo(np.int64).max)
+INT64_MIN = int(np.iinfo(np.int64).min)
+UINT64_MAX = int(np.iinfo(np.uint64).max)
+
+
+def _config(root: Path, **changes: Any) -> PrepareConfig:
+    options: dict[str, Any] = {
+        "inputs": [root / "in"],
+        "length_column": "n",
+        "max_seq_len": 16,
+        "output": root / "out",
+        "tokens_column": "input_ids",
+    }
+    options.update(changes)
+    return PrepareConfig(**options)
+
+
+@pytest.fixture(params=["one pass", "two passes"])
+def passes(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
+    """Each test runs on both local paths: the one pass, and the two passes (forced here as on
+    any fault the one pass meets)."""
+    if request.param == "two passes":
+
+        def give_up(*args: Any, **kwargs: Any) -> one_pass_module.Fallback:
+            return one_pass_module.Fallback(Fault("the test forces the two passes"))
+
+        monkeypatch.setattr(one_pass_module, "read_in_one_pass", give_up)
+    return str(request.param)
+
+
+def _served(root: Path, ids: list[int]) -> list[list[int]]:
+    """The tokens `load_prepared` serves for each of `ids`, as Python ints."""
+    tokens = load_prepared(root / "out").tokens
+    assert tokens is not None
+    values, lengths = tokens.take(np.array(ids, dtype=np.int64))
+    assert values.dtype == np.int64
+    cuts = np.cumsum(lengths)[:-1]
+    return [part.tolist() for part in np.split(values, cuts)]
+
+
+# ---- token ids in list<uint64> ----------------------------------------------------------------
+
+
+@pytest.mark.parametrize("statistics", [True, False], ids=["statistics", "no statistics"])
+def test_uint64_token_ids_over_int64_are_refused_in_one_line(
+    tmp_path: Path, passes: str, statistics: bool
+) -> None:
+    sequences = [[5, 6, 7], [UINT64_MAX, 3], [4]]
+    write_token_files(tmp_path, sequences, token_type=pa.list_(pa.uint64()), statistics=statistics)
+    with pytest.raises(InputError) as caught:
+        prepare_dataset(_config(tmp_path))
+    message = str(caught.value)
+    assert "\n" not in message
+    assert f"token column 'input_ids' in {tmp_path / 'in' / 'part-000.parquet'}" in message
+    assert f"holds token id {UINT64_MAX}, over int64's {INT64_MAX}" in message
+    assert sorted(os.listdir(tmp_path)) == ["in"]
+
+
+def test_the_command_line_says_it_in_one_line(tmp_path: Path) -> None:
+    write_token_files(tmp_path, [[2**63, 1]], token_type=pa.list_(pa.uint64()))
+    args = ["prepare", str(tmp_path / "in"), "--length-column", "n", "--tokens-column"]
+    args += ["input_ids", "--max-seq-len", "8", "--output", str(tmp_path / "out")]
+    result = CliRunner().invoke(app, args)
+    assert result.exit_code == 1 and "Traceback" not in result.stderr
+    [line] = result.stderr.strip().splitlines()
+    assert line.startswith("error: token column 'input_ids'") and f"token id {2**63}," in line
+
+
+def test_uint64_token_ids_up_to_int64s_maximum_are_served_exactly(
+    tmp_path: Path, passes: str
+) -> None:
+    sequences = [[INT64_MAX, 3], [2**32, 2**62 + 1, 0], [7]]
+    write_token_files(tmp_path, sequences, token_type=pa.list_(pa.uint64()))
+    prepare_dataset(_config(tmp_path))
+    assert _served(tmp_path, [0, 1, 2]) == sequences
+
+
+def test_a_uint64_token_source_refuses_ids_over_int64(tmp_path: Path) -> None:
+    # write_token_source with an explicit uint64 dtype: every value is checked, row named.
+    write_token_files(tmp_path, [[1, 2], [3, UINT64_MAX]], token_type=pa.list_(pa.uint64()))
+    with pytest.raises(
+        InputError, match=r"at row 1 \(0-based\) holds token id 18446744073709551615"
+    ):
+        write_token_source(tmp_path / "in", "input_ids", output=tmp_path / "source", dtype="uint64")
+    assert sorted(os.listdir(tmp_path)) == ["in"]
+    write_token_files(tmp_path, [[1, 2], [3, INT64_MAX]], token_type=pa.list_(pa.uint64()))
+    source = write_token_source(
+        tmp_path / "in", "input_ids", output=tmp_path / "source", dtype="uint64"
+    )
+    assert source.take(np.array([1]))[0].tolist() == [3, INT64_MAX]
