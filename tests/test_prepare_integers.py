@@ -20,6 +20,8 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 from token_datasets import write_token_files
 from typer.testing import CliRunner
 
@@ -120,3 +122,49 @@ def test_a_uint64_token_source_refuses_ids_over_int64(tmp_path: Path) -> None:
         tmp_path / "in", "input_ids", output=tmp_path / "source", dtype="uint64"
     )
     assert source.take(np.array([1]))[0].tolist() == [3, INT64_MAX]
+
+
+# ---- ids far apart ----------------------------------------------------------------------------
+
+FAR_APART = [-(5 * 10**18), 5 * 10**18]  # neighbours 1e19 apart: over int64 as a difference
+
+
+@pytest.mark.parametrize("over_cap", ["drop", "truncate"])
+def test_ids_further_apart_than_int64_are_served(
+    tmp_path: Path, passes: str, over_cap: str
+) -> None:
+    sequences = [[1, 2, 3], [4, 5], [6] * 20, [7]]
+    ids = [FAR_APART[1], FAR_APART[0], FAR_APART[1] + 1, INT64_MIN]
+    write_token_files(tmp_path, sequences, ids=ids)
+    prepared = prepare_dataset(_config(tmp_path, id_column="doc", over_cap=over_cap))
+    kept = [0, 1, 3] if over_cap == "drop" else [0, 1, 2, 3]
+    pooled = sorted(int(i) for length in prepared.counts for i in prepared.pools[length])
+    assert pooled == sorted(ids[k] for k in kept)
+    served = [sequences[k] for k in kept]
+    assert _served(tmp_path, [ids[k] for k in kept]) == served
+    stored = np.load(tmp_path / "out" / "tokens" / "ids.npy", mmap_mode="r")
+    assert stored.dtype.str == "<i8" and stored.tolist() == sorted(ids)
+
+
+def test_split_pieces_of_far_apart_ids_take_ids_past_the_largest(tmp_path: Path) -> None:
+    write_token_files(tmp_path, [[2, 3], [1] * 20, [4]], ids=[FAR_APART[0], 7, FAR_APART[1]])
+    prepared = prepare_dataset(_config(tmp_path, id_column="doc", over_cap="split"))
+    pooled = sorted(int(i) for length in prepared.counts for i in prepared.pools[length])
+    assert pooled == [FAR_APART[0], *(FAR_APART[1] + k for k in range(3))]
+    assert _served(tmp_path, pooled) == [[2, 3], [4], [1] * 16, [1] * 4]
+
+
+@settings(
+    max_examples=20, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(
+    ids=st.lists(st.integers(INT64_MIN, INT64_MAX), min_size=1, max_size=12, unique=True),
+    seed=st.integers(0, 2**32 - 1),
+)
+def test_any_unique_int64_ids_serve_their_own_tokens(tmp_path_factory, ids, seed) -> None:
+    root = tmp_path_factory.mktemp("ids")
+    rng = np.random.default_rng(seed)
+    sequences = [rng.integers(0, 1000, rng.integers(1, 17)).tolist() for _ in ids]
+    write_token_files(root, sequences, ids=ids, cuts=(len(ids) // 2,) if len(ids) > 1 else ())
+    prepare_dataset(_config(root, id_column="doc"))
+    assert _served(root, ids) == sequences

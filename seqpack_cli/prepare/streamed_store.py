@@ -224,7 +224,7 @@ class StreamedStore:
             del by_row
         assert self.split_at is not None
         table = np.stack([piece_ids, np.repeat(sources, counts), within * self.split_at], axis=1)
-        np.save(tokens_dir / PIECES_NAME, np.ascontiguousarray(table, dtype=np.int64))
+        np.save(tokens_dir / PIECES_NAME, np.ascontiguousarray(table, dtype="<i8"))
         return {
             "max_seq_len": self.split_at,
             "num_split": int(sources.size),

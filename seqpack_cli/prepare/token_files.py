@@ -168,8 +168,9 @@ def write_id_index(directory: Path, id_column: str | None, locate: Callable[[int
             "unique (prepare refuses them too): fix the column, or leave id_column unset for "
             "row-index ids"
         )
-    np.save(directory / IDS_NAME, ids)
-    np.save(directory / ROWS_NAME, order.astype(np.int64, copy=False))
+    # Little-endian int64 whatever the machine: the loader accepts exactly "<i8".
+    np.save(directory / IDS_NAME, ids.astype("<i8", copy=False))
+    np.save(directory / ROWS_NAME, order.astype("<i8", copy=False))
     by_row.unlink()
 
 
