@@ -8,8 +8,10 @@ beside seqpack's one-line errors, and "a positive integer or None" on the comman
 from __future__ import annotations
 
 import re
+import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -18,6 +20,7 @@ from typer.testing import CliRunner
 
 from seqpack_cli.cli.app import app
 
+REPO = Path(__file__).resolve().parent.parent
 BOX = re.compile("[╭╮╰╯│─]")
 COMMANDS = ([], ["prepare"], ["stats"])
 
@@ -108,11 +111,11 @@ def test_usage_errors_from_the_installed_command_are_one_line(tmp_path: Path) ->
     assert len(result.stderr.splitlines()) == 1 and not BOX.search(result.stderr)
 
 
-@pytest.mark.parametrize("command", ["prepare", "stats"])
-def test_no_cap_is_worded_for_the_command_line(tmp_path: Path, command: str) -> None:
-    # Reported: "--max-seqs-per-bin is 0; expected a positive integer or None".
-    args = [command, _data(tmp_path), "--length-column", "n", "--max-seq-len", "8"]
-    args += ["-o", str(tmp_path / "out")] if command == "prepare" else []
+def test_no_cap_is_worded_for_the_command_line(tmp_path: Path) -> None:
+    # Reported: "--max-seqs-per-bin is 0; expected a positive integer or None". (`stats` parses
+    # its own --max-seqs-per-bin, a list of caps.)
+    args = ["prepare", _data(tmp_path), "--length-column", "n", "--max-seq-len", "8"]
+    args += ["-o", str(tmp_path / "out")]
     result = CliRunner().invoke(app, [*args, "--max-seqs-per-bin", "0"])
     assert result.exit_code == 1, result.output
     (line,) = result.stderr.splitlines()
@@ -120,3 +123,76 @@ def test_no_cap_is_worded_for_the_command_line(tmp_path: Path, command: str) -> 
         "error: --max-seqs-per-bin is 0; expected a positive integer; pass --max-seqs-per-bin 1 "
         "or more, or leave it unset for no cap"
     )
+
+
+# ---- Ctrl-C while the command line is still being imported (issue 21, item 7) -----------------
+
+# What pip's console script does with pyproject's `seqpack = "module:function"`.
+CONSOLE_SCRIPT = """
+import importlib, re, sys
+text = open(sys.argv.pop(1), encoding="utf-8").read()
+module, function = re.search(r'^seqpack = "([^"]+)"', text, re.M).group(1).split(":")
+{prelude}
+sys.argv[0] = "seqpack"
+entry = getattr(importlib.import_module(module), function)
+{started}
+sys.exit(entry())
+"""
+
+# A Ctrl-C that lands while `name` is imported, made certain: the import raises it.
+INTERRUPT_IMPORT = """
+class Interrupt:
+    def find_spec(self, name, path=None, target=None):
+        if name == {name!r}:
+            raise KeyboardInterrupt
+sys.meta_path.insert(0, Interrupt())
+"""
+
+
+def _default_sigint() -> None:
+    # A background job (make test &) starts with SIGINT ignored, and children inherit that.
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
+@pytest.mark.parametrize("name", ["typer", "seqpack_cli.cli.app", "seqpack_cli.cli.stats"])
+def test_ctrl_c_while_importing_is_one_line(tmp_path: Path, name: str) -> None:
+    # Reported: Ctrl-C in the first ~0.1 s of `seqpack prepare` printed a KeyboardInterrupt
+    # traceback (the console script imported the whole command line before any handler).
+    code = CONSOLE_SCRIPT.format(prelude=INTERRUPT_IMPORT.format(name=name), started="")
+    args = ["prepare", _data(tmp_path), "--length-column", "n", "--max-seq-len", "8"]
+    result = subprocess.run(
+        [sys.executable, "-c", code, str(REPO / "pyproject.toml"), *args, "-o", "out"],
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+        timeout=120,
+        preexec_fn=_default_sigint,
+    )
+    assert (result.returncode, result.stderr) == (130, "interrupted; nothing written\n")
+    assert result.stdout == "" and not (tmp_path / "out").exists()
+
+
+def test_ctrl_c_at_any_moment_of_the_start_is_never_a_traceback(tmp_path: Path) -> None:
+    # The real signal, at delays from the entry point's call (before it, the interpreter and
+    # the console script itself run) through the imports and into the run: each run ends in one
+    # line (130), or after the output was written (0).
+    code = CONSOLE_SCRIPT.format(prelude="", started="sys.stdout.write('R'); sys.stdout.flush()")
+    args = ["prepare", _data(tmp_path), "--length-column", "n", "--max-seq-len", "8"]
+    for number, delay in enumerate([0.0, 0.005, 0.01, 0.02, 0.03, 0.05, 0.08, 0.12, 0.2, 0.3]):
+        output = tmp_path / f"out{number}"
+        process = subprocess.Popen(
+            [sys.executable, "-c", code, str(REPO / "pyproject.toml"), *args, "-o", str(output)],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            preexec_fn=_default_sigint,
+        )
+        assert process.stdout is not None and process.stdout.read(1) == "R"
+        time.sleep(delay)
+        process.send_signal(signal.SIGINT)
+        _, stderr = process.communicate(timeout=120)
+        assert "Traceback" not in stderr and "KeyboardInterrupt" not in stderr, (delay, stderr)
+        assert process.returncode in (0, 130), (delay, stderr)
+        if process.returncode != 0:
+            assert stderr in ("", "interrupted; nothing written\n"), (delay, stderr)
+            assert not output.exists(), delay
