@@ -61,7 +61,8 @@ def lp_pack(histogram, max_seq_len, cap):
     def finish(rest):
         return pack_length_histogram_greedy(dict(rest), max_seq_len, max_seqs_per_bin=cap)
 
-    return lp_rounding.pack_with_lp(items, max_seq_len, cap, greedy, finish)
+    templates, _ = lp_rounding.pack_with_lp(items, max_seq_len, cap, greedy, finish)
+    return templates
 
 
 # ---- brute force oracles --------------------------------------------------------------------
@@ -454,17 +455,69 @@ def test_reports_show_the_lp_bound_where_it_was_computed() -> None:
     hist = {300: 7, 200: 7, 150: 5, 50: 9, 499: 3}
     packed = pack_length_histogram_batched(hist, 512, max_seqs_per_bin=2)
     bound = lp_lower_bound(hist, 512, max_seqs_per_bin=2)
-    lengths = np.array(sorted(hist))
-    known = lower_bounds_of_lengths(lengths, np.array([hist[x] for x in lengths]), 512, 2)
+    assert packed.bound is not None
+    known = packed.bound.bound  # the packer returns its bound with the templates
     assert known.by_lp == bound and known.value == bound
     assert known.to_dict()["lp"] == bound
     stats = PackingStats.from_templates(packed, 512, max_seqs_per_bin=2)
     assert stats.lower_bound_bins == bound
-    # the same lengths uncapped are another histogram: no LP bound is known for them
-    assert lower_bounds_of_lengths(lengths, np.ones(len(lengths)), 512, 2).by_lp is None
+    # the cheap bounds know nothing of it; nor does the packing described under another cap
+    lengths = np.array(sorted(hist))
+    assert (
+        lower_bounds_of_lengths(lengths, np.array([hist[x] for x in lengths]), 512, 2).by_lp is None
+    )
+    assert PackingStats.from_templates(packed, 512).lower_bound_bins == lower_bound_bins(hist, 512)
     profile = profile_packing(hist, packed, 512, max_seqs_per_bin=2, sample_size=1000)
     assert profile.lower_bound.is_lp
     assert "LP lower bound" in profile_figures(profile, separator=" ")["bins"]
+
+
+_BOUND_HISTORY_SCRIPT = """
+import json, pickle
+from seqpack_cli.packing.efficiency import PackingStats
+from seqpack_cli.packing.histogram import (
+    pack_length_histogram_batched, pack_length_histogram_greedy,
+)
+histogram = {45: 7, 40: 32, 30: 26, 32: 36, 21: 20, 23: 24, 20: 38}
+greedy = pack_length_histogram_greedy(histogram, 100)
+before = PackingStats.from_templates(greedy, 100).lower_bound_bins
+packed = pack_length_histogram_batched(histogram, 100)
+after = PackingStats.from_templates(greedy, 100).lower_bound_bins
+carried = PackingStats.from_templates(packed, 100).lower_bound_bins
+sent = PackingStats.from_templates(pickle.loads(pickle.dumps(packed)), 100).lower_bound_bins
+print(json.dumps([before, after, carried, sent, sum(greedy.values()), sum(packed.values())]))
+"""
+
+
+def test_reported_bound_does_not_depend_on_what_ran_before() -> None:
+    """Issue 21: the same templates gave a bound of 53 in a fresh process and 54 once the
+    packer had solved the LP of their histogram (module caches); the bound now travels with
+    the packing that proved it, and a pickled packing keeps it."""
+    done = subprocess.run(
+        [sys.executable, "-c", _BOUND_HISTORY_SCRIPT], capture_output=True, text=True, check=True
+    )
+    before, after, carried, sent, greedy_bins, packed_bins = json.loads(done.stdout)
+    assert before == after == 53  # the cheap bounds of these lengths, whatever ran
+    assert carried == sent == 54 <= packed_bins < greedy_bins  # the LP's, from the packer
+    # and here, after every other test of this module ran in this process
+    histogram = {45: 7, 40: 32, 30: 26, 32: 36, 21: 20, 23: 24, 20: 38}
+    greedy = pack_length_histogram_greedy(histogram, 100)
+    assert PackingStats.from_templates(greedy, 100).lower_bound_bins == before
+    packed = pack_length_histogram_batched(histogram, 100)
+    assert PackingStats.from_templates(packed, 100).lower_bound_bins == carried
+    # a packing edited after the packer returned it gets the cheap bounds of what it holds
+    edited = packed.copy()
+    assert PackingStats.from_templates(edited, 100).lower_bound_bins == before
+    packed[(20,)] += 1
+    assert PackingStats.from_templates(packed, 100).lower_bound_bins == before
+
+
+def test_packer_result_is_the_counter_it_always_was() -> None:
+    histogram = {45: 7, 40: 32, 30: 26, 32: 36, 21: 20, 23: 24, 20: 38}
+    packed = pack_length_histogram_batched(histogram, 100)
+    assert isinstance(packed, Counter)
+    assert packed == Counter(dict(packed)) and flatten(packed) == Counter(histogram)
+    assert pack_length_histogram_batched({}, 100) == Counter()
 
 
 def test_lower_bound_dict_has_lp_only_where_computed() -> None:

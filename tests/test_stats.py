@@ -260,8 +260,12 @@ def test_reported_bound_is_the_engines(case) -> None:
     if cap is not None:
         assert stats.lower_bound_bins >= math.ceil(stats.num_sequences / cap)
     assert stats.lower_bound_bins <= stats.num_bins == sum(templates.values())
+    # the bound travels with the packer's result (issue 21): the same bins as plain lists or a
+    # plain Counter carry none, and show the cheap bounds of what they hold
+    plain = PackingStats.from_templates(Counter(templates), max_seq_len, max_seqs_per_bin=cap)
+    assert plain == dataclasses.replace(stats, lower_bound_bins=cheap)
     bins, lengths = bins_and_lengths(templates, seed=0)
-    assert PackingStats.from_bins(bins, lengths, max_seq_len, max_seqs_per_bin=cap) == stats
+    assert PackingStats.from_bins(bins, lengths, max_seq_len, max_seqs_per_bin=cap) == plain
 
 
 def test_stats_sit_below_epochs() -> None:

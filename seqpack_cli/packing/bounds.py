@@ -6,26 +6,24 @@ beat the best packing found so far. Every figure a user sees (`PackingStats.lowe
 the prepared manifest, `seqpack stats`, the sweep) is `LowerBound.value` of the packed lengths,
 through `lower_bounds_of_lengths`, so the reports and the engine agree on what "optimal" means.
 
-The LP bound (`seqpack_cli.packing.lp`) is the strongest, and costs a linear program: it is
-computed only where the greedy packing misses the cheap bounds, then remembered here
-(`remember_lp_bound`, a few histograms) so that the reports of that histogram show it
-(`LowerBound.by_lp`) without solving the LP again.
+The LP bound (`seqpack_cli.packing.lp`) is the strongest, and costs a linear program: the
+packer computes it only where the greedy packing misses the cheap bounds, and returns it with
+its templates (`seqpack_cli.packing.packed`), so that the reports of that packing show it
+(`LowerBound.by_lp`) without solving the LP again. Nothing here remembers anything: a bound is a
+function of its histogram alone.
 """
 
 from __future__ import annotations
 
-import hashlib
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
 import numpy as np
 
 __all__ = [
     "LowerBound",
-    "known_lp_bound",
     "lower_bound",
     "lower_bounds",
     "lower_bounds_of_lengths",
-    "remember_lp_bound",
     "residual_lower_bound",
 ]
 
@@ -97,48 +95,7 @@ def lower_bounds_of_lengths(
     starts = np.flatnonzero(np.concatenate(([True], size_array[1:] != size_array[:-1])))
     num_array = np.add.reduceat(num_array, starts)
     size_array = size_array[starts]
-    bound = _capped(_bounds_of_sizes(size_array, num_array, max_seq_len), num_array, cap)
-    by_lp = known_lp_bound(size_array, num_array, max_seq_len, cap)
-    return bound if by_lp is None else replace(bound, by_lp=by_lp)
-
-
-# The LP bounds computed lately, by histogram: {digest: bound}, oldest first.
-_LP_BOUNDS: dict[bytes, int] = {}
-_LP_BOUNDS_KEPT = 64
-
-
-def _histogram_digest(
-    lengths: np.ndarray, counts: np.ndarray, max_seq_len: int, cap: int | None
-) -> bytes:
-    """A digest of the histogram's positive counts (lengths ascending), max_seq_len and cap."""
-    lengths = np.asarray(lengths, dtype=np.int64)
-    counts = np.asarray(counts, dtype=np.int64)
-    kept = counts > 0
-    digest = hashlib.blake2b(digest_size=16)
-    digest.update(np.array([max_seq_len, cap or 0], dtype=np.int64).tobytes())
-    digest.update(lengths[kept].tobytes())
-    digest.update(counts[kept].tobytes())
-    return digest.digest()
-
-
-def remember_lp_bound(
-    lengths: np.ndarray, counts: np.ndarray, max_seq_len: int, cap: int | None, bound: int
-) -> None:
-    """Record the LP bound of a histogram (lengths distinct, ascending) for the reports (the
-    largest recorded: every one is valid)."""
-    key = _histogram_digest(lengths, counts, max_seq_len, cap)
-    _LP_BOUNDS[key] = max(int(bound), _LP_BOUNDS.pop(key, 0))
-    while len(_LP_BOUNDS) > _LP_BOUNDS_KEPT:
-        del _LP_BOUNDS[next(iter(_LP_BOUNDS))]
-
-
-def known_lp_bound(
-    lengths: np.ndarray, counts: np.ndarray, max_seq_len: int, cap: int | None
-) -> int | None:
-    """The LP bound recorded for this histogram (lengths distinct, ascending), or None."""
-    if not _LP_BOUNDS:
-        return None
-    return _LP_BOUNDS.get(_histogram_digest(lengths, counts, max_seq_len, cap))
+    return _capped(_bounds_of_sizes(size_array, num_array, max_seq_len), num_array, cap)
 
 
 def _capped(bound: LowerBound, counts: np.ndarray, cap: int | None) -> LowerBound:

@@ -13,8 +13,9 @@ expanding the bins, so it costs O(distinct templates) whatever the multiplicitie
 `lower_bound_bins` is the engine's bound (`seqpack_cli.packing.bounds`) on the packed lengths:
 by volume, Martello and Toth's L2, the sequences that cannot share a bin, and
 ceil(sequences / cap) when the packing was made with `max_seqs_per_bin`, or the LP bound where
-the engine computed it for these lengths (it does where its greedy packing misses the others).
-Pass that cap, or the bound leaves it out.
+the engine computed it (it does where its greedy packing misses the others) and returned it with
+these templates (`seqpack_cli.packing.packed.PackedTemplates`, for the same lengths, max_seq_len
+and cap). Pass that cap, or the bound leaves it out.
 """
 
 from __future__ import annotations
@@ -30,7 +31,8 @@ import numpy as np
 
 from seqpack_cli.checks import check_max_seq_len, check_max_seqs_per_bin
 from seqpack_cli.errors import InputError, option
-from seqpack_cli.packing.bounds import lower_bounds_of_lengths
+from seqpack_cli.packing.bounds import LowerBound, lower_bounds_of_lengths
+from seqpack_cli.packing.packed import bound_of_packing
 from seqpack_cli.templates import canonical_templates, packed_lengths
 
 __all__ = ["PackingStats"]
@@ -172,14 +174,16 @@ class PackingStats:
         tokens = np.array([sum(template) for template, _ in pairs], dtype=np.int64)
         sizes = np.array([len(template) for template, _ in pairs], dtype=np.int64)
         counts = np.array([count for _, count in pairs], dtype=np.int64)
+        lengths, numbers = packed_lengths(pairs)
         return cls._from_distribution(
             tokens,
             sizes,
             counts,
-            packed_lengths(pairs),
+            (lengths, numbers),
             limit,
             cap,
             lambda i: f"template {pairs[i][0]}",
+            bound_of_packing(templates, lengths, numbers, limit, cap),
         )
 
     @classmethod
@@ -192,9 +196,11 @@ class PackingStats:
         limit: int,
         cap: int | None,
         describe: Callable[[int], str],
+        bound: LowerBound | None = None,
     ) -> PackingStats:
         """Stats of `counts[i]` bins holding `sizes[i]` sequences and `tokens[i]` tokens each;
-        `packed`: (lengths, counts) of the sequences they hold, in any order."""
+        `packed`: (lengths, counts) of the sequences they hold, in any order; `bound`: their
+        lower bound where the packer gave it (else the cheap bounds of `packed`)."""
         if tokens.size and tokens.max() > limit:
             worst = int(np.argmax(tokens))
             name = option("max_seq_len")
@@ -217,6 +223,8 @@ class PackingStats:
         weights = np.bincount(inverse.ravel(), weights=counts, minlength=len(values))
         weights = weights.astype(np.int64)
         p50, p90, p99 = (_weighted_percentile(values, weights, q) / limit for q in _QUANTILES)
+        if bound is None:
+            bound = lower_bounds_of_lengths(*packed, limit, cap)
         return cls(
             **fill_figures(num_bins, num_sequences, num_tokens, limit),
             max_seq_len=limit,
@@ -224,7 +232,7 @@ class PackingStats:
             bin_fullness_p50=p50,
             bin_fullness_p90=p90,
             bin_fullness_p99=p99,
-            lower_bound_bins=lower_bounds_of_lengths(*packed, limit, cap).value,
+            lower_bound_bins=bound.value,
         )
 
     def to_dict(self) -> dict[str, int | float]:

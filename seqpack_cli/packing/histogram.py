@@ -18,14 +18,16 @@ import heapq
 import logging
 from collections import Counter
 from collections.abc import Callable, Iterable, Mapping
+from dataclasses import replace
 
 from seqpack_cli.checks import check_max_seqs_per_bin, validate_length_counts
 from seqpack_cli.errors import ConfigError, option
-from seqpack_cli.packing.bounds import lower_bound, lower_bounds
+from seqpack_cli.packing.bounds import LowerBound, lower_bound, lower_bounds
 from seqpack_cli.packing.fit import bfd_groups, ffd_groups
 from seqpack_cli.packing.groups import BinTemplate, Group, count_bins, group_templates
 from seqpack_cli.packing.lp_rounding import pack_with_lp
 from seqpack_cli.packing.mffd import mffd_groups
+from seqpack_cli.packing.packed import HistogramBound, PackedTemplates
 from seqpack_cli.packing.patterns import MAX_PATTERN_SEQ_LEN, pattern_groups
 
 __all__ = [
@@ -44,6 +46,8 @@ logger = logging.getLogger(__name__)
 LengthCounts = Mapping[int, int] | Iterable[tuple[int, int]]
 
 Strategy = Callable[..., list[Group] | None]
+
+_NO_BINS = LowerBound(0, 0, 0)  # the bound of an empty histogram
 
 # The exact classic strategies. Each runs once, with the bins of the best packing so far as its
 # `limit`: bins are only ever opened, so it stops (None) as soon as it has opened that many, and
@@ -142,7 +146,7 @@ def pack_length_histogram_batched(
     *,
     max_seqs_per_bin: int | None = None,
     lp_effort: float = 1.0,
-) -> Counter[BinTemplate]:
+) -> PackedTemplates:
     """Pack a length histogram into bin templates: the engine; its cost does not grow with N.
 
     Runs the greedy engine (`pack_length_histogram_greedy`). Where that misses the cheap lower
@@ -152,7 +156,9 @@ def pack_length_histogram_batched(
     than the greedy engine's, and is at the bound or near the LP optimum. `lp_effort` (0 to 1):
     the share of the LP's work budget to spend; less packs faster, a little farther from the
     optimum (the `max_seq_len` sweep of `seqpack stats`, which packs many histograms, spends
-    half).
+    half). The result is a `Counter` of templates (`PackedTemplates`) that carries, as `bound`,
+    the lower bound the engine proved for this histogram (the LP's where it solved it), which
+    `PackingStats.from_templates` and the reports show.
     Raises `InputError` for a length outside [1, max_seq_len] and `ConfigError` for a bad
     `max_seq_len`, `max_seqs_per_bin` or `lp_effort`.
     """
@@ -160,20 +166,27 @@ def pack_length_histogram_batched(
     cap = check_max_seqs_per_bin(max_seqs_per_bin)
     effort = _check_effort(lp_effort)
     if not items:
-        return Counter()
+        return PackedTemplates(bound=HistogramBound.of_items(items, max_seq_len, cap, _NO_BINS))
     greedy = _pack_greedy(items, max_seq_len, cap)
     greedy_bins = sum(greedy.values())
-    bound = lower_bound(items, max_seq_len, cap)
-    if greedy_bins <= bound:
-        return greedy  # nothing can do better: no LP
+    bounds = lower_bounds(items, max_seq_len, cap)
+    if greedy_bins <= bounds.value:  # nothing can do better: no LP
+        return PackedTemplates(greedy, HistogramBound.of_items(items, max_seq_len, cap, bounds))
 
     def finish(rest: list[tuple[int, int]]) -> Counter[BinTemplate]:
         return _pack_greedy(rest, max_seq_len, cap)
 
-    packed = pack_with_lp(items, max_seq_len, cap, greedy, finish, effort=effort)
+    packed, by_lp = pack_with_lp(items, max_seq_len, cap, greedy, finish, effort=effort)
     packed_bins = sum(packed.values())
-    logger.debug("greedy %d bins, LP packing %d (cheap bound %d)", greedy_bins, packed_bins, bound)
-    return packed if packed_bins < greedy_bins else greedy
+    logger.debug(
+        "greedy %d bins, LP packing %d (cheap bound %d, LP bound %d)",
+        greedy_bins,
+        packed_bins,
+        bounds.value,
+        by_lp,
+    )
+    bound = HistogramBound.of_items(items, max_seq_len, cap, replace(bounds, by_lp=by_lp))
+    return PackedTemplates(packed if packed_bins < greedy_bins else greedy, bound)
 
 
 def _check_effort(lp_effort: object) -> float:

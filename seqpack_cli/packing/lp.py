@@ -39,13 +39,11 @@ scipy is imported inside the functions: `import seqpack_cli.packing` does not lo
 
 from __future__ import annotations
 
-import hashlib
 import logging
 from typing import Any, NamedTuple
 
 import numpy as np
 
-from seqpack_cli.packing.bounds import remember_lp_bound
 from seqpack_cli.packing.coarsening import fitted, groups_by_loss, merge_copies
 from seqpack_cli.packing.column_generation import ColumnGeneration, LPSolution, Template
 
@@ -124,15 +122,10 @@ def solve_lp(
     """The LP relaxation of the histogram (`lengths` distinct and ascending, `counts` > 0).
 
     `initial`: templates to start the pool with (e.g. the greedy packing's), as (item indices,
-    copies). `effort`: the share of the work budget to spend (0 < effort <= 1). The solution is
-    kept for the next call with the same arguments (the solution depends on them all: a call
-    never gets one started from other templates), and its bound is remembered
-    (`bounds.remember_lp_bound`) for the reports of that histogram.
+    copies). `effort`: the share of the work budget to spend (0 < effort <= 1). A function of
+    its arguments alone (nothing is kept between calls): the packer returns the bound with its
+    templates (`seqpack_cli.packing.packed`).
     """
-    key = (effort, *_key(lengths, counts, max_seq_len, cap, initial or []))
-    cached = _CACHE.get(key)
-    if cached is not None:
-        return cached
     share = max(_WORK_LEAST_SHARE, min(1.0, max_seq_len / _WORK_LONGEST_AT) ** _WORK_EXPONENT)
     work = _WORK_LONGEST * share * effort
     solution = _solve_level(lengths, counts, max_seq_len, cap, initial or [], work)
@@ -144,10 +137,6 @@ def solve_lp(
         solution.rounds,
         ", optimal" if solution.optimal else "",
     )
-    remember_lp_bound(lengths, counts, max_seq_len, cap, solution.bound)
-    _CACHE[key] = solution
-    while len(_CACHE) > _CACHE_SIZE:
-        del _CACHE[next(iter(_CACHE))]
     return solution
 
 
@@ -340,28 +329,3 @@ class _CoarseStart(NamedTuple):
     work: float
     duals: np.ndarray | None
     value: float
-
-
-# The last few solutions: the packer and the reports of one histogram share one.
-_CACHE: dict[tuple[Any, ...], LPSolution] = {}
-_CACHE_SIZE = 8
-
-
-def _key(
-    lengths: np.ndarray,
-    counts: np.ndarray,
-    max_seq_len: int,
-    cap: int | None,
-    initial: list[Template],
-) -> tuple[Any, ...]:
-    digest = hashlib.blake2b(digest_size=16)
-    for items, copies in initial:
-        digest.update(np.asarray(items, dtype=np.int64).tobytes() + b"|")
-        digest.update(np.asarray(copies, dtype=np.int64).tobytes() + b";")
-    return (
-        max_seq_len,
-        cap,
-        np.asarray(lengths, dtype=np.int64).tobytes(),
-        np.asarray(counts, dtype=np.int64).tobytes(),
-        digest.digest(),
-    )

@@ -53,10 +53,11 @@ def pack_with_lp(
     greedy: Greedy,
     *,
     effort: float = 1.0,
-) -> Counter[BinTemplate]:
+) -> tuple[Counter[BinTemplate], int]:
     """Pack `items` ((length, count), longest first) from the LP: column generation started
     from the templates of `start` (a packing of the same items), with `effort` of its work
-    budget (`seqpack_cli.packing.lp.solve_lp`), then `round_lp_solution`."""
+    budget (`seqpack_cli.packing.lp.solve_lp`), then `round_lp_solution`. Returns the
+    templates and the LP's lower bound on the bins of any packing of `items`."""
     lengths = np.array([length for length, _ in reversed(items)], dtype=np.int64)
     counts = np.array([count for _, count in reversed(items)], dtype=np.int64)
     index = {int(length): i for i, length in enumerate(lengths.tolist())}
@@ -66,7 +67,7 @@ def pack_with_lp(
         keys = sorted(found)
         initial.append((np.array(keys, dtype=np.int64), np.array([found[k] for k in keys])))
     solution = solve_lp(lengths, counts, max_seq_len, cap, initial, effort=effort)
-    return round_lp_solution(solution, greedy)
+    return round_lp_solution(solution, greedy), solution.bound
 
 
 def round_lp_solution(solution: LPSolution, greedy: Greedy) -> Counter[BinTemplate]:

@@ -19,10 +19,11 @@ import numpy as np
 
 from seqpack_cli.checks import check_int, check_max_seq_len
 from seqpack_cli.errors import option
-from seqpack_cli.packing.bounds import LowerBound, lower_bounds_of_lengths
+from seqpack_cli.packing.bounds import LowerBound
 from seqpack_cli.packing.efficiency import PackingStats
 from seqpack_cli.packing.histogram import BinTemplate
 from seqpack_cli.packing.lp import lp_lower_bound
+from seqpack_cli.packing.packed import bound_of_packing
 from seqpack_cli.stats.baselines import (
     DEFAULT_SAMPLE_SIZE,
     BaselineStats,
@@ -141,19 +142,23 @@ def _seqs_per_bin_buckets(sizes: np.ndarray, weights: np.ndarray) -> list[Bucket
 
 
 def _packing_bound(
-    pairs: list[tuple[BinTemplate, int]], num_bins: int, max_seq_len: int, cap: int | None
+    templates: Any,
+    pairs: list[tuple[BinTemplate, int]],
+    num_bins: int,
+    max_seq_len: int,
+    cap: int | None,
 ) -> LowerBound:
-    """The lower bound on the packed lengths; where the packing misses the cheap bounds, the
-    LP bound too (as the packer computes it; it is remembered, so `PackingStats` shows it)."""
+    """The lower bound on the packed lengths: the one the packer returned with `templates`
+    where it did; else, where the packing misses the cheap bounds, the LP bound too."""
     lengths, counts = packed_lengths(pairs)
-    bound = lower_bounds_of_lengths(lengths, counts, max_seq_len, cap)
+    bound = bound_of_packing(templates, lengths, counts, max_seq_len, cap)
     if bound.by_lp is None and num_bins > bound.value:
         distinct, inverse = np.unique(lengths, return_inverse=True)
         totals = np.zeros(len(distinct), dtype=np.int64)
         np.add.at(totals, inverse, counts)
         histogram = dict(zip(distinct.tolist(), totals.tolist(), strict=True))
-        lp_lower_bound(histogram, max_seq_len, max_seqs_per_bin=cap)
-        bound = lower_bounds_of_lengths(lengths, counts, max_seq_len, cap)
+        by_lp = lp_lower_bound(histogram, max_seq_len, max_seqs_per_bin=cap)
+        bound = dataclasses.replace(bound, by_lp=by_lp)
     return bound
 
 
@@ -176,7 +181,7 @@ def profile_packing(
     top = check_top(top)
     pairs, sums, sizes, multiplicities = _template_arrays(templates)
     stats = PackingStats.from_templates(dict(pairs), max_seq_len, max_seqs_per_bin=max_seqs_per_bin)
-    bound = _packing_bound(pairs, stats.num_bins, max_seq_len, max_seqs_per_bin)
+    bound = _packing_bound(templates, pairs, stats.num_bins, max_seq_len, max_seqs_per_bin)
     if bound.value != stats.lower_bound_bins:  # the LP bound, computed after the stats
         stats = dataclasses.replace(stats, lower_bound_bins=bound.value)
     return PackingProfile(

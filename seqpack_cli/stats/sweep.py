@@ -27,9 +27,10 @@ import numpy as np
 
 from seqpack_cli.checks import check_max_seq_len, check_max_seqs_per_bin
 from seqpack_cli.errors import ConfigError, option
-from seqpack_cli.packing.bounds import LowerBound, lower_bounds_of_lengths
+from seqpack_cli.packing.bounds import LowerBound
 from seqpack_cli.packing.efficiency import PackingStats
 from seqpack_cli.packing.histogram import pack_length_histogram_batched
+from seqpack_cli.packing.packed import bound_of_packing
 from seqpack_cli.progress import ProgressCallback
 from seqpack_cli.stats.baselines import (
     DEFAULT_SAMPLE_SIZE,
@@ -173,7 +174,7 @@ def _sweep_row(
         num_over_cap=cost.num_over_cap,
         num_tokens_over_cap=cost.num_tokens_over_cap,
         packed=PackingStats.from_templates(templates, max_seq_len, max_seqs_per_bin=cap),
-        lower_bound=lower_bounds_of_lengths(kept_lengths, kept_counts, max_seq_len, cap),
+        lower_bound=bound_of_packing(templates, kept_lengths, kept_counts, max_seq_len, cap),
         no_packing=no_packing,
         sequential=sequential,
         cost=cost,
