@@ -105,7 +105,7 @@ def test_the_wheel_is_seqpack_cli_with_its_extras_command_and_queries(tmp_path: 
     assert 'torch>=2.5; extra == "torch"' in requires
     assert any(r.startswith("dask[distributed]") and 'extra == "dask"' in r for r in requires)
     assert not any(r.startswith("torch") and "extra" not in r for r in requires), requires
-    assert "seqpack = seqpack_cli.cli:app" in entry_points
+    assert "seqpack = seqpack_cli.__main__:main" in entry_points
     queries = sorted(p.name for p in (ROOT / "sql").glob("*.sql"))
     assert queries and all(f"seqpack_cli/sql/{q}" in names for q in queries)
 
