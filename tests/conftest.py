@@ -8,6 +8,7 @@ Tests that change files copy them first. `dask_cluster` (session-wide) is a Dask
 of 2 worker processes of a thread each, for the `--engine dask` tests (skipped without Dask).
 `reference_packers` is benchmarks/reference_packers.py,
 the per-item packers the packing tests use as oracles (`from conftest import reference_packers`).
+`with_default_signals(command)` is how a test starts a child it will send SIGINT or SIGTERM.
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ import importlib.util
 import subprocess
 import sys
 from collections import Counter
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from types import ModuleType
@@ -132,6 +133,25 @@ reference_packers = _load_reference_packers()
 REFERENCE_LENGTHS = [7, 5, 5, 5, 5, 5, 3, 3, 3]
 REFERENCE_TEMPLATES = Counter({(5, 5): 2, (7, 3): 1, (5, 3): 1, (3,): 1})
 REFERENCE_POOLS = {7: np.array([0]), 5: np.array([1, 2, 3, 4, 5]), 3: np.array([6, 7, 8])}
+
+
+# A background job (`make test &`, nohup, some CI runners) starts with SIGINT ignored, and its
+# children inherit that: Python then installs no KeyboardInterrupt handler, seqpack rightly leaves
+# an ignored SIGINT ignored, and a test's SIGINT is lost. This launcher gives the child the
+# dispositions an interactive shell would (exec keeps a default disposition), then runs it.
+_WITH_DEFAULT_SIGNALS = """
+import os, signal, sys
+for signum in (signal.SIGINT, signal.SIGTERM):
+    signal.signal(signum, signal.SIG_DFL)
+os.execv(sys.argv[1], sys.argv[1:])
+"""
+
+
+def with_default_signals(command: Sequence[str]) -> list[str]:
+    """`command` (its program a path, such as sys.executable) as a command line that runs it with
+    SIGINT and SIGTERM at their defaults, whatever this process ignores: for tests that signal
+    the child."""
+    return [sys.executable, "-c", _WITH_DEFAULT_SIGNALS, *command]
 
 
 def run_in_fresh_process(code: str, *, hash_seed: str) -> str:

@@ -23,7 +23,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from conftest import write_parquet
+from conftest import with_default_signals, write_parquet
 from typer.testing import CliRunner
 
 from seqpack_cli.cli.app import app
@@ -515,8 +515,12 @@ def _paused_run(
 ) -> tuple[subprocess.Popen[str], Path]:
     marker = tmp_path / f"marker-{random.random()}"
     command = [sys.executable, "-c", _PAUSED_RUN, str(marker), str(pause), where, *args]
-    process = subprocess.Popen(
-        command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=tmp_path
+    process = subprocess.Popen(  # signalled: see with_default_signals
+        with_default_signals(command),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        cwd=tmp_path,
     )
     deadline = time.monotonic() + 60
     while not marker.exists():
@@ -629,7 +633,7 @@ def test_random_signals_always_leave_a_complete_output(tmp_path: Path) -> None:
     old = _tree(out)
     command = [sys.executable, "-m", "seqpack_cli.prepare", "--input", str(data)]
     command += ["--length-column", "n", "--max-seq-len", "100", "--output", str(out)]
-    command += ["--overwrite", "--quiet"]
+    command = with_default_signals([*command, "--overwrite", "--quiet"])  # signalled
     started = time.perf_counter()
     subprocess.run(command, check=True, capture_output=True)
     duration = time.perf_counter() - started
@@ -783,8 +787,8 @@ app(["prepare", *sys.argv[1:]], prog_name="seqpack")
 
 def test_sigterm_while_duckdb_loads_ends_the_run_with_its_line(tmp_path: Path) -> None:
     args = _prepare_args(_dataset(tmp_path / "in"), tmp_path / "out", "--quiet")
-    process = subprocess.run(
-        [sys.executable, "-c", _SIGNAL_WHILE_DUCKDB_LOADS, *args],
+    process = subprocess.run(  # signals itself: see with_default_signals
+        with_default_signals([sys.executable, "-c", _SIGNAL_WHILE_DUCKDB_LOADS, *args]),
         capture_output=True,
         text=True,
         timeout=60,

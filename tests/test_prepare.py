@@ -13,7 +13,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from conftest import ParquetDataset, small_config, write_parquet
+from conftest import ParquetDataset, small_config, with_default_signals, write_parquet
 from typer.testing import CliRunner
 
 from seqpack_cli.checks import MAX_SEQ_LEN_LIMIT
@@ -419,8 +419,10 @@ def test_sigterm_and_sigint_remove_the_temporary_directory(
     # A run that finished between the check and the signal proves nothing: run again (the
     # temporary directory lives for most of the run, so one of a few tries lands in it).
     for _ in range(5):
-        process = subprocess.Popen(
-            _prepare_command(big_dataset, output), stderr=subprocess.PIPE, text=True
+        process = subprocess.Popen(  # signalled: see with_default_signals
+            with_default_signals(_prepare_command(big_dataset, output)),
+            stderr=subprocess.PIPE,
+            text=True,
         )
         # Wait until the job has created its temporary directory, then interrupt it.
         deadline = time.monotonic() + 30
