@@ -30,6 +30,8 @@ from __future__ import annotations
 import json
 import operator
 import os
+import re
+import tokenize
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -41,6 +43,7 @@ from seqpack_cli.errors import InputError
 __all__ = [
     "IDS_NAME",
     "INFO_NAME",
+    "NPY_HEADER_ERRORS",
     "OFFSETS_NAME",
     "PIECES_NAME",
     "ROWS_NAME",
@@ -50,6 +53,8 @@ __all__ = [
     "FlatTokenSource",
     "fetch",
     "has_id_index",
+    "map_npy",
+    "read_npy_header",
     "shown",
 ]
 
@@ -70,6 +75,79 @@ start), one per piece, by piece id: piece `p` holds the source's tokens from `st
 TOKEN_SOURCE_FORMAT = "seqpack-tokens"
 """`token_source.json`'s `format`: what marks a directory as a seqpack token source."""
 TOKEN_SOURCE_VERSION = 1
+
+
+INDEX_DTYPE = "<i8"
+"""The exact dtype (little-endian int64) of `offsets.npy`, `ids.npy` and `rows.npy`."""
+
+NPY_HEADER_ERRORS: tuple[type[Exception], ...] = (
+    ValueError,
+    SyntaxError,
+    TypeError,
+    tokenize.TokenError,
+    MemoryError,
+    OverflowError,
+)
+"""What numpy raises for a .npy header it cannot parse (a flipped byte in the header's Python
+literal gives a `tokenize.TokenError`, a `SyntaxError`, ...)."""
+
+_POOL_HEADER = re.compile(rb"\{'descr': '<i8', 'fortran_order': False, 'shape': \((\d+),\), \} *\n")
+
+
+def read_npy_header(handle: Any) -> tuple[np.dtype[Any], tuple[int, ...], int]:
+    """(dtype, shape, data offset) of an open .npy file (C order, no Python objects); fast for
+    the 1-d int64 headers seqpack writes. Raises one of `NPY_HEADER_ERRORS` for a header that
+    does not parse, OSError where the file cannot be read."""
+    start = handle.read(10)
+    if start[:8] == b"\x93NUMPY\x01\x00":
+        body = handle.read(int.from_bytes(start[8:10], "little"))
+        match = _POOL_HEADER.fullmatch(body)
+        if match:
+            return np.dtype(INDEX_DTYPE), (int(match.group(1)),), 10 + len(body)
+    handle.seek(0)
+    version = np.lib.format.read_magic(handle)
+    if version == (1, 0):
+        shape, fortran, dtype = np.lib.format.read_array_header_1_0(handle)
+    elif version == (2, 0):
+        shape, fortran, dtype = np.lib.format.read_array_header_2_0(handle)
+    else:
+        raise ValueError(f".npy version {version[0]}.{version[1]} is not one seqpack writes")
+    if dtype.hasobject or (fortran and len(shape) > 1):
+        raise ValueError(f"it holds {'Python objects' if dtype.hasobject else 'Fortran order'}")
+    return dtype, tuple(shape), handle.tell()
+
+
+def _opener(dir_fd: int | None) -> Any:
+    if dir_fd is None:
+        return None
+    return lambda name, flags: os.open(name, flags, dir_fd=dir_fd)
+
+
+def map_npy(path: str | os.PathLike[str], *, dir_fd: int | None = None, fix: str) -> np.ndarray:
+    """The array of a .npy file, memory-mapped read-only; `path` is opened relative to the
+    directory descriptor `dir_fd` if given (its `os.path.basename` then). Raises `InputError`,
+    one line naming the file, ending in `fix`, for a file that cannot be read, a header that
+    does not parse, or fewer bytes than the header says."""
+    name = os.path.basename(path) if dir_fd is not None else path
+    try:
+        with open(name, "rb", opener=_opener(dir_fd)) as handle:
+            try:
+                dtype, shape, offset = read_npy_header(handle)
+            except NPY_HEADER_ERRORS as error:
+                detail = " ".join(f"{type(error).__name__}: {error}".split())[:120]
+                raise InputError(f"{path}: not a valid .npy file ({detail}); {fix}") from None
+            num_bytes = dtype.itemsize * int(np.prod(shape, dtype=object))
+            size = os.fstat(handle.fileno()).st_size
+            if size != offset + num_bytes:  # what np.save writes, exactly
+                raise InputError(
+                    f"{path} has {size} bytes, but its header says {offset + num_bytes} "
+                    f"({shape} {dtype.str} values); {fix}"
+                )
+            if num_bytes == 0:
+                return np.empty(shape, dtype=dtype)
+            return np.memmap(handle, dtype=dtype, mode="r", offset=offset, shape=shape)
+    except OSError as error:
+        raise InputError(f"{path} cannot be read ({error.strerror or error}); {fix}") from None
 
 
 def has_id_index(info: Mapping[str, Any]) -> bool:
@@ -102,12 +180,13 @@ class FlatTokenSource:
                 f"FlatTokenSource tokens has shape {self.tokens.shape} and dtype "
                 f"{self.tokens.dtype}; expected a 1-D integer array of all tokens back to back"
             )
+        # Neighbours compared, never subtracted: np.diff of int64 wraps around past 2**63.
         if (
             self.offsets.ndim != 1
             or self.offsets.size == 0
             or self.offsets[0] < 0
             or self.offsets[-1] > self.tokens.shape[0]
-            or bool(np.any(np.diff(self.offsets) < 0))
+            or bool(np.any(self.offsets[1:] < self.offsets[:-1]))
         ):
             raise InputError(
                 f"FlatTokenSource offsets (shape {self.offsets.shape}) must be a non-decreasing "
@@ -142,7 +221,7 @@ class FlatTokenSource:
                 "1-D and as long as each other: rows[k] is the row holding sequence ids[k]"
             )
         if ids.size and (
-            bool(np.any(np.diff(ids) <= 0)) or rows.min() < 0 or rows.max() >= len(self)
+            bool(np.any(ids[1:] <= ids[:-1])) or rows.min() < 0 or rows.max() >= len(self)
         ):
             raise InputError(
                 f"FlatTokenSource ids must be strictly increasing and rows within [0, "
@@ -151,16 +230,32 @@ class FlatTokenSource:
         return ids, rows
 
     @classmethod
-    def open(cls, path: str | os.PathLike[str]) -> FlatTokenSource:
-        """Memory-map the token source directory at `path` (see the module docstring).
+    def open(
+        cls,
+        path: str | os.PathLike[str],
+        *,
+        dir_fd: int | None = None,
+        fix: str = "write it again (write_token_source(..., overwrite=True))",
+    ) -> FlatTokenSource:
+        """Memory-map the token source directory at `path` (see the module docstring); with
+        `dir_fd` (a descriptor of that directory), its files are opened through it, so they all
+        come from the directory it was opened on even if `path` is replaced meanwhile.
 
-        Raises `InputError` when it is missing, incomplete or inconsistent. The source pickles as
-        its path: DataLoader workers map the files themselves instead of receiving copies.
+        Raises `InputError`, one line ending in `fix`, when it is missing, incomplete or
+        inconsistent: a file that does not parse, `offsets.npy`, `ids.npy` or `rows.npy` not
+        exactly little-endian int64 (`<i8`), tokens of another byte order, offsets that do not
+        start at 0, decrease or do not end at the token count, ids not strictly increasing. The
+        source pickles as its path: DataLoader workers map the files themselves instead of
+        receiving copies.
         """
         root = Path(path)
-        fix = "write it again (write_token_source(..., overwrite=True))"
         try:
-            info = json.loads((root / INFO_NAME).read_text(encoding="utf-8"))
+            with open(
+                INFO_NAME if dir_fd is not None else root / INFO_NAME,
+                encoding="utf-8",
+                opener=_opener(dir_fd),
+            ) as handle:
+                info = json.loads(handle.read())
         except (OSError, ValueError) as error:
             raise InputError(
                 f"{root} is not a token source directory: {INFO_NAME} cannot be read ({error}); "
@@ -174,13 +269,15 @@ class FlatTokenSource:
                 f"this seqpack reads {TOKEN_SOURCE_VERSION}: {fix}"
             )
         names = [TOKENS_NAME, OFFSETS_NAME] + ([IDS_NAME, ROWS_NAME] if has_id_index(info) else [])
-        arrays = []
-        for name in names:
-            try:
-                array = np.load(root / name, mmap_mode="r", allow_pickle=False)
-            except (OSError, ValueError) as error:
-                raise InputError(f"{root / name} cannot be read ({error}); {fix}") from None
-            arrays.append(array)
+        arrays = [map_npy(root / name, dir_fd=dir_fd, fix=fix) for name in names]
+        for name, array in zip(names, arrays, strict=True):
+            # The exact dtype: a header flipped to another byte order reads as other numbers.
+            wrong_index = name != TOKENS_NAME and array.dtype.str != INDEX_DTYPE
+            if wrong_index or array.dtype.str[0] == ">" or array.dtype.kind not in "iu":
+                expected = "little-endian integers" if name == TOKENS_NAME else INDEX_DTYPE
+                raise InputError(
+                    f"{root / name} holds {array.dtype.str} values; expected {expected}: {fix}"
+                )
         tokens, offsets = arrays[:2]
         num_sequences, num_tokens = info.get("num_sequences"), info.get("num_tokens")
         if (
@@ -193,12 +290,20 @@ class FlatTokenSource:
                 f"{INFO_NAME} records {info.get('num_tokens')} tokens and "
                 f"{info.get('num_sequences')} sequences; {fix}"
             )
-        source = cls(
-            tokens,
-            offsets,
-            ids=arrays[2] if len(arrays) > 2 else None,
-            rows=arrays[3] if len(arrays) > 2 else None,
-        )
+        if offsets[0] != 0 or offsets[-1] != num_tokens:
+            raise InputError(
+                f"{root / OFFSETS_NAME} runs from {offsets[0]} to {offsets[-1]}; expected 0 to "
+                f"the {num_tokens} tokens of {TOKENS_NAME}: {fix}"
+            )
+        try:
+            source = cls(
+                tokens,
+                offsets,
+                ids=arrays[2] if len(arrays) > 2 else None,
+                rows=arrays[3] if len(arrays) > 2 else None,
+            )
+        except InputError as error:
+            raise InputError(f"{root}: {error}; {fix}") from None
         source.path = root
         source.info = info
         return source

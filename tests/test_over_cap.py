@@ -23,6 +23,7 @@ from seqpack_cli.errors import ConfigError, InputError, PreparedFormatError
 from seqpack_cli.prepare import load_prepared, prepare_dataset
 from seqpack_cli.prepare.job import OVER_CAP, prepare_summary
 from seqpack_cli.prepare.pools.tuning import PoolTuning
+from seqpack_cli.prepared.integrity import seal_manifest
 
 OVER_CAP_FIELDS = (
     "num_input_tokens",
@@ -328,7 +329,7 @@ def test_truncate_lengths_past_int64(tmp_path: Path) -> None:
 def _rewrite_manifest(path: Path, change) -> None:
     manifest = json.loads((path / "manifest.json").read_text())
     change(manifest)
-    (path / "manifest.json").write_text(json.dumps(manifest))
+    (path / "manifest.json").write_text(json.dumps(seal_manifest(manifest)))
 
 
 def test_load_prepared_reads_manifests_without_the_new_fields(tmp_path: Path) -> None:

@@ -37,6 +37,7 @@ from seqpack_cli.errors import ConfigError, PreparedFormatError
 from seqpack_cli.prepare import PrepareConfig, prepare_dataset
 from seqpack_cli.prepared import load_prepared, templates_to_json, write_prepared
 from seqpack_cli.prepared import reader as reader_module
+from seqpack_cli.prepared.integrity import seal_manifest
 
 runner = CliRunner()
 
@@ -61,13 +62,14 @@ def _rewrite(path: Path, name: str, document: Any) -> None:
     (path / name).write_bytes(data)
     manifest = json.loads((path / "manifest.json").read_text())
     manifest["files"][name] = {"bytes": len(data), "sha256": hashlib.sha256(data).hexdigest()}
-    (path / "manifest.json").write_text(json.dumps(manifest))
+    (path / "manifest.json").write_text(json.dumps(seal_manifest(manifest)))
 
 
 def _edit_manifest(path: Path, change: Any) -> None:
+    """Edit the manifest and seal it again (its own digest agrees: the other checks must tell)."""
     manifest = json.loads((path / "manifest.json").read_text())
     change(manifest)
-    (path / "manifest.json").write_text(json.dumps(manifest))
+    (path / "manifest.json").write_text(json.dumps(seal_manifest(manifest)))
 
 
 def _stats(path: Path, *args: str) -> Any:
@@ -272,7 +274,14 @@ def test_a_missing_required_field_is_named(tmp_path: Path) -> None:
 def test_manifests_from_before_the_format_key_and_minimal_ones_load(tmp_path: Path) -> None:
     path = _write(tmp_path / "prepared")
     manifest = json.loads((path / "manifest.json").read_text())
-    assert set(manifest) == {"format", "format_version", "seqpack_version", "config", "files"}
+    assert set(manifest) == {
+        "format",
+        "format_version",
+        "seqpack_version",
+        "config",
+        "files",
+        "manifest_sha256",
+    }
     _edit_manifest(path, lambda manifest: manifest.pop("format"))
     assert load_prepared(path, verify=True).templates == TEMPLATES
 

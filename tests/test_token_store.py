@@ -214,7 +214,11 @@ def test_verify_catches_a_flipped_byte_and_sizes_are_checked_without(tmp_path: P
     data = bytearray(target.read_bytes())
     data[-1] ^= 1
     target.write_bytes(bytes(data))
-    load_prepared(tmp_path / "out")  # sizes agree: only the hashes tell
+    # Sizes agree: only the hashes tell. Every load reads the first and last MiB of the store's
+    # files (edges_sha256); verify=True reads every byte.
+    with pytest.raises(PreparedFormatError) as error:
+        load_prepared(tmp_path / "out")
+    assert "labels/tokens.npy is not the file prepare wrote" in _one_line(error)
     with pytest.raises(PreparedFormatError) as error:
         load_prepared(tmp_path / "out", verify=True)
     assert "labels/tokens.npy does not match its sha256" in _one_line(error)

@@ -160,18 +160,10 @@ class PackedEpochs:
         return True
 
     def __getstate__(self) -> dict[str, Any]:
-        # What a worker started with "spawn"/"forkserver" receives. The plan is cheap to rebuild,
-        # and the pools of a prepared directory are re-opened (memory-mapped) on the other side
-        # rather than copied: pickling a mapped array would copy every id into every worker.
+        # What a worker started with "spawn"/"forkserver" receives. The plan is cheap to rebuild;
+        # the pools and the token store of a prepared directory pickle as their location and
+        # manifest digest (`PoolMap`, `StoreTokenSource`): the worker maps the same files rather
+        # than receiving copies, and refuses the directory if it now holds another prepare.
         state = self.__dict__.copy()
         state["_plan"] = None
-        if self._prepared_path is not None:
-            state["_pools"] = None
         return state
-
-    def __setstate__(self, state: dict[str, Any]) -> None:
-        self.__dict__.update(state)
-        if self._pools is None:
-            from seqpack_cli.prepared import load_prepared
-
-            self._pools = load_prepared(self._prepared_path).pools

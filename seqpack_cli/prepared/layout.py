@@ -4,7 +4,8 @@
 ```
 prepared/
   manifest.json     format_version, seqpack version, config, inputs, summary, every file's
-                    size and sha256; written last, so its presence means the rest is complete
+                    size and sha256 (and the token store's edges_sha256), its own digest
+                    (manifest_sha256); written last, so its presence means the rest is complete
   counts.json       {length: number of sequences}, lengths ascending
   templates.json    [[template_lengths, multiplicity], ...], templates descending
   pools/{length}.npy  int64 ids of that length, ascending
@@ -32,6 +33,7 @@ __all__ = [
     "FORMAT_NAME",
     "FORMAT_VERSION",
     "MANIFEST_NAME",
+    "READABLE_FORMAT_VERSIONS",
     "STORE_ROLES",
     "TEMPLATES_NAME",
     "TOKEN_STORE_KEY",
@@ -42,8 +44,12 @@ __all__ = [
 
 FORMAT_NAME = "seqpack-prepared"
 """The manifest's `format`: what marks a directory as a seqpack prepared directory."""
-FORMAT_VERSION = 1
-"""Version of the `prepared/` layout; `load_prepared` refuses any other."""
+FORMAT_VERSION = 2
+"""Version of the `prepared/` layout that this seqpack writes. Version 2 added the manifest's own
+digest (`manifest_sha256`) and the token store's `edges_sha256`."""
+READABLE_FORMAT_VERSIONS = (1, 2)
+"""The versions `load_prepared` reads (1 without the digests, with a warning); it refuses any
+other."""
 
 MANIFEST_NAME = "manifest.json"
 COUNTS_NAME = "counts.json"
@@ -72,6 +78,9 @@ class Prepared:
     """The store's labels (`--labels-column`), or None."""
     loss_mask: Any = field(default=None, repr=False)
     """The store's loss mask (`--loss-mask-column`), or None."""
+    manifest_sha256: str | None = None
+    """The manifest's own digest as loaded (None for format_version 1): what a reopen of the same
+    path (a DataLoader worker) compares to tell that it still holds this prepare."""
 
     @property
     def max_seq_len(self) -> int:

@@ -22,7 +22,6 @@ import heapq
 import logging
 import mmap
 import os
-import re
 import sys
 import weakref
 from collections.abc import Iterator, Mapping
@@ -39,12 +38,20 @@ from seqpack_cli.prepared.consistency import (
     read_counts,
     read_templates,
 )
+from seqpack_cli.prepared.integrity import (
+    EDGES_KEY,
+    check_manifest_digest,
+    edge_digest,
+    manifest_digest,
+)
 from seqpack_cli.prepared.layout import COUNTS_NAME, MANIFEST_NAME, TEMPLATES_NAME, Prepared
 from seqpack_cli.prepared.pool_files import POOL_DTYPE as _POOL_DTYPE
 from seqpack_cli.prepared.pool_files import POOLS_DIR, npy_header, pool_file_name
 from seqpack_cli.prepared.schema import check_manifest, unusable
-from seqpack_cli.prepared.store import open_store
+from seqpack_cli.prepared.snapshot import open_directory, read_text_at, reopen, was_replaced
+from seqpack_cli.prepared.store import check_stored_lengths, open_store
 from seqpack_cli.prepared.strict_json import parse_json
+from seqpack_cli.token_sources import NPY_HEADER_ERRORS, read_npy_header
 
 __all__ = ["MAX_MAPPED_POOLS", "PoolMap", "load_prepared"]
 
@@ -59,61 +66,50 @@ default, shared with every library in the process), so mapping one pool per dist
 fails past ~65,000 lengths."""
 
 _HASH_CHUNK = 1 << 22
+_LOAD_ATTEMPTS = 3
+"""Loads tried when the directory is replaced while loading (each on the newer copy)."""
 
 
-_HEADER = re.compile(rb"\{'descr': '<i8', 'fortran_order': False, 'shape': \((\d+),\), \} *\n")
-
-
-def _read_npy_header(handle: Any) -> tuple[np.dtype[Any], tuple[int, ...], int]:
-    """(dtype, shape, data offset) of an open .npy file; fast for the headers prepare writes."""
-    start = handle.read(10)
-    if start[:8] == b"\x93NUMPY\x01\x00":
-        body = handle.read(int.from_bytes(start[8:10], "little"))
-        match = _HEADER.fullmatch(body)
-        if match:
-            return _POOL_DTYPE, (int(match.group(1)),), 10 + len(body)
-    handle.seek(0)
-    version = np.lib.format.read_magic(handle)
-    if version == (1, 0):
-        shape, _fortran, dtype = np.lib.format.read_array_header_1_0(handle)
-    else:
-        shape, _fortran, dtype = np.lib.format.read_array_header_2_0(handle)
-    return dtype, shape, handle.tell()
-
-
-def _read_json(path: Path, name: str) -> Any:
+def _read_json(path: Path, dir_fd: int, name: str) -> Any:
     try:
-        return parse_json((path / name).read_text(encoding="utf-8"))
+        return parse_json(read_text_at(dir_fd, name))
     except (OSError, ValueError) as error:
         raise unusable(path, f"{name} cannot be read ({error})") from None
 
 
-def _read_manifest(path: Path) -> dict[str, Any]:
-    if not path.exists():
-        raise PreparedFormatError(
-            f"prepared directory {path} does not exist; create it with `seqpack prepare INPUT... "
-            f"--length-column NAME --max-seq-len N --output {path}`"
-        )
-    if not path.is_dir():
-        raise PreparedFormatError(f"{path} is a file; expected a prepared directory")
-    if not (path / MANIFEST_NAME).is_file():
-        raise unusable(path, "manifest.json is missing (an interrupted prepare leaves none)")
-    return check_manifest(path, _read_json(path, MANIFEST_NAME))
+def _read_manifest(path: Path, dir_fd: int) -> dict[str, Any]:
+    try:
+        os.stat(MANIFEST_NAME, dir_fd=dir_fd)
+    except OSError:
+        raise unusable(
+            path, "manifest.json is missing (an interrupted prepare leaves none)"
+        ) from None
+    return check_manifest(path, _read_json(path, dir_fd, MANIFEST_NAME))
 
 
-def _check_files(path: Path, files: Mapping[str, Any], *, verify: bool) -> None:
-    root = os.fspath(path)
+def _check_files(path: Path, dir_fd: int, files: Mapping[str, Any], *, verify: bool) -> None:
+    """Every file has its recorded size, and with `verify` its sha256; without, the token
+    store's files their edges' digest (2 MiB read per file)."""
     for name, entry in files.items():
-        file_path = os.path.join(root, name)
         try:
-            size = os.stat(file_path).st_size
+            size = os.stat(name, dir_fd=dir_fd).st_size
         except OSError:
             raise unusable(path, f"{name} is missing") from None
         if size != entry["bytes"]:
             raise unusable(path, f"{name} has {size} bytes, the manifest says {entry['bytes']}")
+        if (
+            not verify
+            and EDGES_KEY in entry
+            and edge_digest(name, dir_fd=dir_fd) != entry[EDGES_KEY]
+        ):
+            raise unusable(
+                path,
+                f"{name} is not the file prepare wrote: its first or last MiB differs from the "
+                f"manifest's {EDGES_KEY} (corrupted, or copied from another prepare)",
+            )
         if verify:
             digest = hashlib.sha256()
-            with open(file_path, "rb") as handle:
+            with open(name, "rb", opener=lambda p, f: os.open(p, f, dir_fd=dir_fd)) as handle:
                 while block := handle.read(_HASH_CHUNK):
                     digest.update(block)
             if digest.hexdigest() != entry["sha256"]:
@@ -156,16 +152,22 @@ def _map_readonly(fd: int, size: int) -> Any:
 
 
 def _open_pool(
-    path: Path, name: str, expected: int, *, mmap_pools: bool
+    path: Path, dir_fd: int, name: str, expected: int, *, mmap_pools: bool
 ) -> tuple[np.ndarray, bool]:
-    """(the pool's ids, whether they are memory-mapped). A pool that cannot be mapped for want
-    of mappings (ENOMEM) is read into memory instead."""
-    file_path = os.path.join(os.fspath(path), name)
+    """(the pool's ids, whether they are memory-mapped), opened through the directory
+    descriptor `dir_fd`. A pool that cannot be mapped for want of mappings (ENOMEM) is read into
+    memory instead."""
     try:
-        with open(file_path, "rb") as handle:
-            dtype, shape, offset = _read_npy_header(handle)
-            if dtype != _POOL_DTYPE or len(shape) != 1:
-                raise unusable(path, f"{name} holds {dtype} {shape}; expected a 1-d int64 array")
+        with open(name, "rb", opener=lambda p, f: os.open(p, f, dir_fd=dir_fd)) as handle:
+            try:
+                dtype, shape, offset = read_npy_header(handle)
+            except NPY_HEADER_ERRORS as error:
+                detail = " ".join(f"{type(error).__name__}: {error}".split())[:120]
+                raise unusable(path, f"{name} is not a valid .npy file ({detail})") from None
+            if dtype.str != _POOL_DTYPE.str or len(shape) != 1:
+                raise unusable(
+                    path, f"{name} holds {dtype.str} {shape}; expected a 1-d <i8 (int64) array"
+                )
             if shape[0] != expected:
                 raise unusable(
                     path,
@@ -175,8 +177,10 @@ def _open_pool(
             if expected == 0:
                 return np.empty(0, dtype=_POOL_DTYPE), False
             size = os.fstat(handle.fileno()).st_size
-            if size < offset + 8 * expected:
-                raise unusable(path, f"{name} is truncated")
+            if size != offset + 8 * expected:  # a header of another length reads other bytes
+                raise unusable(
+                    path, f"{name} has {size} bytes; its header says {offset + 8 * expected}"
+                )
             buffer = None
             if mmap_pools:
                 try:
@@ -187,7 +191,7 @@ def _open_pool(
                     logger.warning(
                         "cannot memory-map %s (%s: the process may have used up its mappings, "
                         "vm.max_map_count); reading it into memory instead",
-                        file_path,
+                        path / name,
                         error.strerror,
                     )
             if buffer is None:
@@ -197,9 +201,14 @@ def _open_pool(
                     raise unusable(path, f"{name} is truncated")
                 array.flags.writeable = False
                 return array, False
-    except (OSError, ValueError) as error:
-        if isinstance(error, PreparedFormatError):
-            raise
+    except OSError as error:
+        if error.errno == errno.ENOENT and was_replaced(path, dir_fd):
+            raise unusable(
+                path,
+                f"{name} of the copy loaded is gone: the directory was replaced (e.g. by "
+                "`seqpack prepare --overwrite`) since it was loaded; load it again and restart "
+                "the run",
+            ) from None
         raise unusable(path, f"{name} cannot be read as a .npy pool ({error})") from None
     array = np.frombuffer(buffer, dtype=_POOL_DTYPE, count=expected, offset=offset)
     array.flags.writeable = False
@@ -234,8 +243,18 @@ class PoolMap(Mapping[int, np.ndarray]):
         mmap: bool = True,
         *,
         max_mapped_pools: int = MAX_MAPPED_POOLS,
+        dir_fd: int | None = None,
+        manifest_sha256: str | None = None,
     ):
         self._root = Path(root)
+        # Pools are opened through a descriptor of the directory, so all come from one copy
+        # (`seqpack_cli.prepared.snapshot`): a copy of `dir_fd` if given, else opened (and
+        # checked to hold the prepare of `manifest_sha256`, if given) on first use.
+        self._dir_fd: int | None = None
+        if dir_fd is not None:
+            self._keep_directory(os.dup(dir_fd))
+        self.manifest_sha256 = manifest_sha256
+        """The manifest digest of the copy loaded: an unpickled map refuses another one."""
         self._counts = {int(length): int(count) for length, count in counts.items()}
         self._mmap = mmap
         self.max_mapped_pools = check_int("max_mapped_pools", max_mapped_pools, minimum=0)
@@ -244,6 +263,20 @@ class PoolMap(Mapping[int, np.ndarray]):
         self._to_map = frozenset(self._largest_pools() if mmap else ())
         self.num_mapped = 0
         """Pools memory-mapped so far (at most `max_mapped_pools`)."""
+
+    def _keep_directory(self, dir_fd: int) -> int:
+        self._dir_fd = dir_fd
+        weakref.finalize(self, os.close, dir_fd)
+        return dir_fd
+
+    def _directory(self) -> int:
+        """The descriptor pools are opened through; opened on first use (by a map unpickled in
+        a DataLoader worker: inside its loop, which reports a refusal to the main process)."""
+        if self._dir_fd is not None:
+            return self._dir_fd
+        if self.manifest_sha256 is None:
+            return self._keep_directory(open_directory(self._root))
+        return self._keep_directory(reopen(self._root, self.manifest_sha256))
 
     def _largest_pools(self) -> list[int]:
         """The lengths of the `max_mapped_pools` largest pools (by count; ties by length)."""
@@ -257,7 +290,11 @@ class PoolMap(Mapping[int, np.ndarray]):
         if array is None:
             count = self._counts[length]
             array, mapped = _open_pool(
-                self._root, pool_file_name(length), count, mmap_pools=length in self._to_map
+                self._root,
+                self._directory(),
+                pool_file_name(length),
+                count,
+                mmap_pools=length in self._to_map,
             )
             self.num_mapped += mapped
             self._arrays[int(length)] = array
@@ -273,27 +310,37 @@ class PoolMap(Mapping[int, np.ndarray]):
         return len(self._counts)
 
     def __reduce__(self) -> tuple[Any, ...]:
-        return (_reopen_pool_map, (self._root, self._counts, self._mmap, self.max_mapped_pools))
+        return (
+            _reopen_pool_map,
+            (self._root, self._counts, self._mmap, self.max_mapped_pools, self.manifest_sha256),
+        )
 
     def __repr__(self) -> str:
         return f"PoolMap({os.fspath(self._root)!r}, {len(self)} pools, mmap={self._mmap})"
 
 
 def _reopen_pool_map(
-    root: Path, counts: Mapping[int, int], mmap: bool, max_mapped_pools: int
+    root: Path,
+    counts: Mapping[int, int],
+    mmap: bool,
+    max_mapped_pools: int,
+    manifest_sha256: str | None = None,
 ) -> PoolMap:
-    """A `PoolMap` unpickled: the same files, opened again on the other side."""
-    return PoolMap(root, counts, mmap, max_mapped_pools=max_mapped_pools)
+    """A `PoolMap` unpickled: the same files, opened again on the other side when first used,
+    if the directory still holds the same prepare (refused in one line otherwise)."""
+    return PoolMap(
+        root, counts, mmap, max_mapped_pools=max_mapped_pools, manifest_sha256=manifest_sha256
+    )
 
 
 def _read_contents(
-    root: Path, manifest: Mapping[str, Any]
+    root: Path, dir_fd: int, manifest: Mapping[str, Any]
 ) -> tuple[dict[int, int], list[tuple[tuple[int, ...], int]]]:
     """counts.json and templates.json, typed; the pools the manifest lists match the counts."""
     files = manifest["files"]
     max_seq_len = manifest["config"]["max_seq_len"]
-    counts = read_counts(root, _read_json(root, COUNTS_NAME), max_seq_len)
-    pairs = read_templates(root, _read_json(root, TEMPLATES_NAME))
+    counts = read_counts(root, _read_json(root, dir_fd, COUNTS_NAME), max_seq_len)
+    pairs = read_templates(root, _read_json(root, dir_fd, TEMPLATES_NAME))
     listed_pools = {name for name in files if name.startswith(f"{POOLS_DIR}/")}
     expected_pools = {pool_file_name(length) for length in counts}
     if listed_pools != expected_pools:
@@ -343,17 +390,46 @@ def load_prepared(
     """
     root = Path(path)
     max_mapped_pools = check_int("max_mapped_pools", max_mapped_pools, minimum=0)
-    manifest = _read_manifest(root)
-    counts, pairs = _read_contents(root, manifest)
-    _check_files(root, manifest["files"], verify=verify)
+    for attempt in range(_LOAD_ATTEMPTS):
+        dir_fd = open_directory(root)
+        try:
+            return _load(root, dir_fd, mmap=mmap, verify=verify, max_mapped_pools=max_mapped_pools)
+        except PreparedFormatError:
+            # Replaced while loading (`prepare --overwrite`): load the new copy instead.
+            if attempt + 1 == _LOAD_ATTEMPTS or not was_replaced(root, dir_fd):
+                raise
+            logger.info("%s was replaced while it was loaded; loading it again", root)
+        finally:
+            os.close(dir_fd)
+    raise AssertionError("unreachable")
+
+
+def _load(root: Path, dir_fd: int, *, mmap: bool, verify: bool, max_mapped_pools: int) -> Prepared:
+    """`load_prepared` on the copy of `root` that `dir_fd` was opened on."""
+    manifest = _read_manifest(root, dir_fd)
+    counts, pairs = _read_contents(root, dir_fd, manifest)
+    _check_files(root, dir_fd, manifest["files"], verify=verify)
     config = manifest["config"]
     templates = check_templates(
         root, pairs, counts, config["max_seq_len"], config.get("max_seqs_per_bin")
     )
     check_figures(root, manifest, counts, templates)
-    store = open_store(root, manifest)
-    pools = PoolMap(root, counts, mmap, max_mapped_pools=max_mapped_pools)
+    digest = manifest_digest(manifest)
+    store = open_store(root, manifest, dir_fd=dir_fd, digest=digest)
+    pools = PoolMap(
+        root,
+        counts,
+        mmap,
+        max_mapped_pools=max_mapped_pools,
+        dir_fd=dir_fd,
+        manifest_sha256=digest,
+    )
+    if store:
+        truncated_at = config["max_seq_len"] if config.get("over_cap") == "truncate" else None
+        check_stored_lengths(root, store["tokens"], pools, truncated_at=truncated_at)
+    # Last, so that a field of the manifest that breaks a rule is named as such.
+    check_manifest_digest(root, manifest)
     if not mmap:
         for length in counts:
             pools[length]
-    return Prepared(root, manifest, counts, templates, pools, **store)
+    return Prepared(root, manifest, counts, templates, pools, **store, manifest_sha256=digest)

@@ -30,6 +30,7 @@ from seqpack_cli.prepared.layout import (
     FORMAT_NAME,
     FORMAT_VERSION,
     MANIFEST_NAME,
+    READABLE_FORMAT_VERSIONS,
     STORE_ROLES,
     TEMPLATES_NAME,
 )
@@ -299,6 +300,7 @@ _MANIFEST = _object(
             ),
         ),
         "stats": (False, _object_of(_number)),
+        "manifest_sha256": (False, _sha256),  # checked against the content by `integrity`
         "token_store": (
             False,
             _all(
@@ -318,7 +320,15 @@ _MANIFEST = _object(
         "files": (
             True,
             _all(
-                _object_of(_object({"bytes": (True, _COUNT), "sha256": (True, _sha256)})),
+                _object_of(
+                    _object(
+                        {
+                            "bytes": (True, _COUNT),
+                            "sha256": (True, _sha256),
+                            "edges_sha256": (False, _sha256),
+                        }
+                    )
+                ),
                 _file_names,
             ),
         ),
@@ -341,16 +351,17 @@ def check_manifest(path: Path, manifest: Any) -> dict[str, Any]:
         raise unusable(path, f"{where} has no format_version")
     version = manifest["format_version"]
     if type(version) is not int:
-        expected = f"expected the integer {FORMAT_VERSION}"
+        expected = f"expected the integer {FORMAT_VERSION} (or 1, before the digests)"
         raise unusable(path, f"{where} field format_version is {show(version)}; {expected}")
-    if version != FORMAT_VERSION:
+    if version not in READABLE_FORMAT_VERSIONS:
         writer = manifest.get("seqpack_version")
         if not isinstance(writer, str) or not writer.isprintable():
             writer = "unknown version"
         raise PreparedFormatError(
             f"{path} has format_version {str(version)[:40]}, but seqpack {__version__} reads only "
-            f"format_version {FORMAT_VERSION}; rebuild it with this seqpack (`seqpack prepare "
-            f"... --output {path} --overwrite`) or load it with the seqpack that wrote it "
+            f"format_version {FORMAT_VERSION} (and 1); rebuild it with this seqpack "
+            f"(`seqpack prepare ... --output {path} --overwrite`) or load it with the seqpack "
+            "that wrote it "
             f"({writer[:40]})"
         )
     try:

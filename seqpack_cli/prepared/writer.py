@@ -35,6 +35,7 @@ from seqpack_cli import __version__
 from seqpack_cli.errors import ConfigError, InputError, PreparedFormatError, option
 from seqpack_cli.interrupts import Interrupts, signal_exception, signal_name, signals_blocked
 from seqpack_cli.prepared.consistency import check_figures, check_templates, read_templates
+from seqpack_cli.prepared.integrity import seal_manifest, with_edge_digests
 from seqpack_cli.prepared.layout import (
     COUNTS_NAME,
     FORMAT_NAME,
@@ -276,10 +277,15 @@ class PreparedWriter:
         return self.output
 
     def _write_manifest(self, manifest: Mapping[str, Any]) -> str:
-        """Write manifest.json with the files table; return its text."""
+        """Write manifest.json with the files table and its own digest; return its text."""
+        try:
+            table = with_edge_digests(self.tmp_path, dict(sorted(self._files.items())))
+        except OSError as error:
+            raise self._write_error(error, MANIFEST_NAME) from None
+        sealed = seal_manifest({**manifest, "files": table})
         # Indented for people, except the (long) files table: one compact line.
-        head = json.dumps({k: v for k, v in manifest.items() if k != "files"}, indent=1)
-        files = json.dumps(dict(sorted(self._files.items())), separators=(",", ":"))
+        head = json.dumps({k: v for k, v in sealed.items() if k != "files"}, indent=1)
+        files = json.dumps(table, separators=(",", ":"))
         text = f'{head[:-1].rstrip()},\n "files": {files}\n}}\n'
         try:
             (self.tmp_path / MANIFEST_NAME).write_text(text, encoding="utf-8")
