@@ -2,7 +2,8 @@
 
 Library functions that do long work take `progress: ProgressCallback | None` and call
 `progress(phase, done, total)` as they go (`total` may be 0 when unknown). They never draw
-anything themselves.
+anything themselves. A phase is named by the work it counts ("histogram" and "token store"
+count rows, "pools" ids), never by a unit it does not count.
 """
 
 from __future__ import annotations
@@ -30,18 +31,26 @@ def rich_progress(enabled: bool = True) -> Iterator[ProgressCallback | None]:
     from rich.console import Console
     from rich.progress import (
         BarColumn,
-        MofNCompleteColumn,
         Progress,
+        ProgressColumn,
         TextColumn,
         TimeElapsedColumn,
         TimeRemainingColumn,
     )
+    from rich.text import Text
+
+    class Counts(ProgressColumn):
+        """`done/total` with thousands separators (rich's MofNCompleteColumn has none)."""
+
+        def render(self, task: Any) -> Text:
+            total = "?" if task.total is None else f"{int(task.total):,}"
+            return Text(f"{int(task.completed):,}/{total}", style="progress.download")
 
     tasks: dict[str, Any] = {}
     with Progress(
         TextColumn("[bold]{task.description}"),
         BarColumn(),
-        MofNCompleteColumn(),
+        Counts(),
         TimeElapsedColumn(),
         TimeRemainingColumn(),
         console=Console(stderr=True),

@@ -7,6 +7,7 @@ beside seqpack's one-line errors, and "a positive integer or None" on the comman
 
 from __future__ import annotations
 
+import io
 import re
 import signal
 import subprocess
@@ -19,6 +20,8 @@ from conftest import write_parquet
 from typer.testing import CliRunner
 
 from seqpack_cli.cli.app import app
+from seqpack_cli.prepare import PrepareConfig, prepare_dataset
+from seqpack_cli.progress import rich_progress
 
 REPO = Path(__file__).resolve().parent.parent
 BOX = re.compile("[╭╮╰╯│─]")
@@ -196,3 +199,41 @@ def test_ctrl_c_at_any_moment_of_the_start_is_never_a_traceback(tmp_path: Path) 
         if process.returncode != 0:
             assert stderr in ("", "interrupted; nothing written\n"), (delay, stderr)
             assert not output.exists(), delay
+
+
+# ---- progress: counts with thousands separators, phases named by what they count -------------
+
+
+class _Terminal(io.StringIO):
+    def isatty(self) -> bool:
+        return True
+
+
+def test_progress_counts_have_thousands_separators(monkeypatch: pytest.MonkeyPatch) -> None:
+    # Reported: "1234567/2000000" beside the bars.
+    terminal = _Terminal()
+    monkeypatch.setattr(sys, "stderr", terminal)
+    monkeypatch.setenv("COLUMNS", "160")
+    with rich_progress() as report:
+        assert report is not None
+        report("histogram", 1_234_567, 2_000_000)
+        report("pools", 3_000, 0)  # total unknown
+    text = terminal.getvalue()
+    assert "1,234,567/2,000,000" in text and "3,000/?" in text, text
+
+
+def test_the_token_store_phase_counts_rows_and_says_so(tmp_path: Path) -> None:
+    # Reported: a bar labelled `tokens` that counted rows.
+    rows = [[1, 2, 3], [4], [5, 6], [7, 8, 9, 10]]
+    write_parquet(tmp_path / "in" / "a.parquet", {"input_ids": rows, "n": [3, 1, 2, 4]})
+    seen: dict[str, tuple[int, int]] = {}
+    config = PrepareConfig(
+        inputs=[tmp_path / "in"],
+        length_column="n",
+        max_seq_len=8,
+        output=tmp_path / "out",
+        tokens_column="input_ids",
+    )
+    prepare_dataset(config, progress=lambda phase, done, total: seen.update({phase: (done, total)}))
+    assert "tokens" not in seen, seen
+    assert seen["token store"] == (len(rows), len(rows)), seen

@@ -199,7 +199,7 @@ def _stream(
         for batch in batches:
             store.add(batch)
             if progress is not None:
-                progress("tokens", store.num_rows, total)
+                progress("token store", store.num_rows, total)  # rows, not tokens
     finally:
         batches.close()  # stops the reading threads now, whatever stopped the loop
     if store.num_rows != total:
