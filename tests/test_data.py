@@ -21,7 +21,7 @@ import seqpack_cli.sharding as sharding_module  # noqa: E402
 from seqpack_cli.collate import PackedCollator  # noqa: E402
 from seqpack_cli.data import PackedDataset, PackedIterableDataset  # noqa: E402
 from seqpack_cli.epoch.plan import EpochPlan  # noqa: E402
-from seqpack_cli.errors import ConfigError  # noqa: E402
+from seqpack_cli.errors import ConfigError, PreparedFormatError  # noqa: E402
 from seqpack_cli.seeding import seed_from_components  # noqa: E402
 
 MAX_SEQ_LEN = 32
@@ -290,7 +290,10 @@ def test_bad_options_are_config_errors(corpus: Any) -> None:
         PackedDataset((templates, pools), tokens, pad_token_id=PAD, seed=1)
     with pytest.raises(ConfigError, match="templates hold bins of up to"):
         PackedDataset((templates, pools), tokens, max_seq_len=8, pad_token_id=PAD, seed=1)
-    with pytest.raises(ConfigError, match="source is a str"):
+    with pytest.raises(ConfigError, match="source is a dict"):
+        PackedDataset({}, tokens, max_seq_len=MAX_SEQ_LEN, pad_token_id=PAD, seed=1)
+    # A path is loaded (load_prepared), so a missing one says so.
+    with pytest.raises(PreparedFormatError, match="prepared directory prepared does not exist"):
         PackedDataset("prepared/", tokens, max_seq_len=MAX_SEQ_LEN, pad_token_id=PAD, seed=1)
     with pytest.raises(ConfigError, match="seed is -1; expected a non-negative integer"):
         _iterable(corpus, seed=-1)

@@ -409,3 +409,21 @@ def test_spawned_workers_refuse_a_directory_replaced_since_it_was_opened(tmp_pat
     with pytest.raises(Exception, match="now holds another prepare") as error:
         next(iter(loader))
     assert "restart the run" in str(error.value)
+
+
+# ---- the datasets ask for verify ----------------------------------------------------------------
+
+
+def test_the_datasets_take_a_path_and_verify(tmp_path: Path) -> None:
+    pytest.importorskip("torch")
+    from seqpack_cli.data import PackedDataset, PackedIterableDataset
+
+    path = _store(tmp_path)
+    manifest = _manifest(path)
+    manifest["files"]["tokens/tokens.npy"]["sha256"] = "0" * 64  # what only verify reads
+    (path / "manifest.json").write_text(json.dumps(seal_manifest(manifest)))
+    for dataset in (PackedDataset, PackedIterableDataset):
+        assert len(dataset(path, pad_token_id=0, seed=0)) > 0  # a path loads
+        for source in (path, load_prepared(path)):
+            with pytest.raises(PreparedFormatError, match=r"tokens/tokens\.npy does not match"):
+                dataset(source, pad_token_id=0, seed=0, verify=True)

@@ -10,6 +10,7 @@ ever materialised).
 
 from __future__ import annotations
 
+import os
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -17,10 +18,39 @@ from typing import Any
 from seqpack_cli.checks import check_int
 from seqpack_cli.collate import PackedCollator
 from seqpack_cli.epoch.plan import EpochPlan
-from seqpack_cli.errors import ConfigError
+from seqpack_cli.errors import ConfigError, PreparedFormatError
 from seqpack_cli.seeding import seed_from_components
 
-__all__ = ["PackedEpochs", "split_source", "store_sources", "truncated_by_prepare"]
+__all__ = [
+    "PackedEpochs",
+    "resolve_source",
+    "split_source",
+    "store_sources",
+    "truncated_by_prepare",
+]
+
+
+def resolve_source(source: Any, verify: bool) -> Any:
+    """`source` as the datasets use it: a path is loaded (`load_prepared(path, verify=...)`);
+    with `verify=True`, a loaded prepared directory has every file's sha256 checked (and must
+    still hold the prepare loaded)."""
+    from seqpack_cli.prepared import load_prepared
+
+    if isinstance(source, (str, os.PathLike)):
+        return load_prepared(source, verify=verify)
+    if verify:
+        path = getattr(source, "path", None)
+        if path is None:
+            raise ConfigError(
+                "verify=True checks the files of a prepared directory, but the source is a "
+                f"{type(source).__name__}; pass the directory or what load_prepared returns"
+            )
+        again = load_prepared(path, verify=True)
+        if again.manifest_sha256 != getattr(source, "manifest_sha256", None):
+            raise PreparedFormatError(
+                f"{path} now holds another prepare than the one loaded; load it again"
+            )
+    return source
 
 
 def split_source(source: Any) -> tuple[Any, Mapping[int, Any], int | None, Path | None]:
@@ -93,7 +123,9 @@ class PackedEpochs:
         labels_source: Any = None,
         loss_mask_source: Any = None,
         truncate: bool | None = None,
+        verify: bool = False,
     ) -> None:
+        source = resolve_source(source, verify)
         self._templates, self._pools, prepared_max_seq_len, self._prepared_path = split_source(
             source
         )

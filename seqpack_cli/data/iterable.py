@@ -52,8 +52,8 @@ class PackedIterableDataset(PackedEpochs, IterableDataset):
 
     Args:
         source, token_source, max_seq_len, pad_token_id, seed, epoch, label_pad_id, format,
-            return_loss_weights, max_num_seqs, labels_source, loss_mask_source, truncate: as
-            for `PackedDataset`.
+            return_loss_weights, max_num_seqs, labels_source, loss_mask_source, truncate,
+            verify: as for `PackedDataset`.
         rank, world_size: this process's data-parallel rank and their number; default to
             `torch.distributed`'s when it is initialised (else 0 and 1).
         drop_last: drop the bins that do not divide evenly across ranks instead of wrapping.
@@ -81,6 +81,7 @@ class PackedIterableDataset(PackedEpochs, IterableDataset):
         labels_source: Any = None,
         loss_mask_source: Any = None,
         truncate: bool | None = None,
+        verify: bool = False,
         batch_size: int = 1,
         drop_remainder: bool = False,
     ) -> None:
@@ -109,6 +110,7 @@ class PackedIterableDataset(PackedEpochs, IterableDataset):
             labels_source=labels_source,
             loss_mask_source=loss_mask_source,
             truncate=truncate,
+            verify=verify,
         )
         self._start = 0  # where the next pass begins, in this rank's order
         self._position = 0  # bins consumed, counted by this process (or PackedDataLoader)

@@ -31,7 +31,8 @@ class PackedDataset(PackedEpochs, Dataset):
     seeded).
 
     Args:
-        source: `load_prepared(...)`'s result, or a `(templates, pools)` pair.
+        source: `load_prepared(...)`'s result, a prepared directory's path, or a
+            `(templates, pools)` pair.
         token_source: sequence id -> tokens (see `seqpack_cli.collate`); None (the default):
             the prepared directory's token store (`prepare --tokens-column`), with its labels or
             loss mask unless `labels_source` / `loss_mask_source` is given.
@@ -43,6 +44,9 @@ class PackedDataset(PackedEpochs, Dataset):
             `--over-cap truncate`.
         seed: the run's seed (an integer >= 0); epoch e uses `seed_from_components(seed, e)`.
         epoch: the initial epoch.
+        verify: check every file's sha256 first (`load_prepared(..., verify=True)`: reads
+            every byte, ~0.3 s per GB here); every load already checks sizes, structure and
+            the token store's first and last MiB.
     """
 
     def __init__(
@@ -61,6 +65,7 @@ class PackedDataset(PackedEpochs, Dataset):
         labels_source: Any = None,
         loss_mask_source: Any = None,
         truncate: bool | None = None,
+        verify: bool = False,
     ) -> None:
         super().__init__(
             source,
@@ -79,6 +84,7 @@ class PackedDataset(PackedEpochs, Dataset):
             labels_source=labels_source,
             loss_mask_source=loss_mask_source,
             truncate=truncate,
+            verify=verify,
         )
         # (plan, first bin, its bins, the last bin read, reads in order): see `_bin`.
         self._block: tuple[Any, int, list[list[int]], int, int] = (None, 0, [], -1, 0)
