@@ -187,7 +187,7 @@ def _duplicates_in_a_block(inputs: Path) -> dict[str, Any]:
 def _schema_mismatch(inputs: Path) -> dict[str, Any]:
     path = _files(inputs)[2]
     table = pq.read_table(path)
-    pq.write_table(table.set_column(1, "doc_id", table.column("doc_id").cast(pa.int32())), path)
+    pq.write_table(table.set_column(1, "doc_id", table.column("doc_id").cast(pa.float64())), path)
     return {}
 
 

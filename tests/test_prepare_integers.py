@@ -19,6 +19,7 @@ from typing import Any
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.parquet as pq
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -29,6 +30,7 @@ from seqpack_cli.cli.app import app
 from seqpack_cli.errors import InputError
 from seqpack_cli.prepare import PrepareConfig, load_prepared, prepare_dataset
 from seqpack_cli.prepare import one_pass as one_pass_module
+from seqpack_cli.prepare.footers import widened_type
 from seqpack_cli.prepare.token_files import write_token_source
 from seqpack_cli.prepare.token_stream import Fault
 
@@ -168,3 +170,119 @@ def test_any_unique_int64_ids_serve_their_own_tokens(tmp_path_factory, ids, seed
     write_token_files(root, sequences, ids=ids, cuts=(len(ids) // 2,) if len(ids) > 1 else ())
     prepare_dataset(_config(root, id_column="doc"))
     assert _served(root, ids) == sequences
+
+
+# ---- inputs of different integer widths --------------------------------------------------------
+
+_INTEGERS = [pa.int8(), pa.int16(), pa.int32(), pa.int64()]
+_INTEGERS += [pa.uint8(), pa.uint16(), pa.uint32(), pa.uint64()]
+
+
+def _write_mixed(root: Path, types: list[tuple[pa.DataType, pa.DataType]]) -> Path:
+    """The same four rows over two files, file k's tokens and ids of types[k]."""
+    sequences = [[1, 2, 3], [100, 5], [70, 8, 9, 10], [11]]
+    ids = [3, 0, 1000, 7]
+    for k, (token_type, id_type) in enumerate(types):
+        part = slice(2 * k, 2 * k + 2)
+        columns = {
+            "input_ids": pa.array(sequences[part], token_type),
+            "n": pa.array([len(s) for s in sequences[part]], pa.int64()),
+            "doc": pa.array(ids[part], id_type),
+        }
+        (root / "in").mkdir(parents=True, exist_ok=True)
+        pq.write_table(pa.table(columns), root / "in" / f"part-{k}.parquet")
+    return root
+
+
+def _outputs(root: Path) -> dict[str, bytes]:
+    """What prepare wrote, but the two files that record the inputs' paths and sizes."""
+    out = root / "out"
+    return {
+        p.relative_to(out).as_posix(): p.read_bytes()
+        for p in sorted(out.rglob("*"))
+        if p.is_file() and p.name not in ("manifest.json", "token_source.json")
+    }
+
+
+@pytest.mark.parametrize(
+    "types",
+    [
+        [(pa.list_(pa.int32()), pa.uint16()), (pa.list_(pa.int64()), pa.int64())],
+        [(pa.large_list(pa.uint16()), pa.int32()), (pa.list_(pa.int8()), pa.uint32())],
+        [(pa.list_(pa.uint64()), pa.int64()), (pa.large_list(pa.uint8()), pa.int16())],
+    ],
+    ids=["int32 and int64 lists", "large_list and list", "uint64 lists"],
+)
+@pytest.mark.parametrize("length_column", ["n", "input_ids"])
+def test_inputs_of_other_integer_widths_prepare_as_the_widest(
+    tmp_path: Path, passes: str, types: list[tuple[pa.DataType, pa.DataType]], length_column: str
+) -> None:
+    mixed = _write_mixed(tmp_path / "mixed", types)
+    same = _write_mixed(tmp_path / "same", [(pa.list_(pa.int64()), pa.int64())] * 2)
+    for root in (mixed, same):
+        prepare_dataset(_config(root, id_column="doc", length_column=length_column))
+    assert _outputs(mixed) == _outputs(same)
+    assert _served(mixed, [3, 0, 1000, 7]) == [[1, 2, 3], [100, 5], [70, 8, 9, 10], [11]]
+
+
+def test_length_column_alone_of_other_widths(tmp_path: Path) -> None:
+    mixed = _write_mixed(
+        tmp_path / "mixed",
+        [(pa.list_(pa.int32()), pa.uint16())] * 1 + [(pa.large_list(pa.int64()), pa.int64())],
+    )
+    prepared = prepare_dataset(
+        _config(mixed, id_column="doc", length_column="input_ids", tokens_column=None)
+    )
+    assert prepared.counts == {1: 1, 2: 1, 3: 1, 4: 1}
+    assert sorted(int(i) for n in prepared.counts for i in prepared.pools[n]) == [0, 3, 7, 1000]
+
+
+@pytest.mark.parametrize(
+    ("second", "shown"),
+    [
+        ((pa.list_(pa.float64()), pa.int64()), "column 'input_ids' is list<element: double> there"),
+        ((pa.list_(pa.int64()), pa.uint64()), "column 'doc' is uint64 there but int64 in"),
+        ((pa.int64(), pa.int64()), "column 'input_ids' is int64 there but list<element: int32>"),
+    ],
+    ids=["floats next to integers", "uint64 next to int64", "integers next to lists"],
+)
+def test_types_that_do_not_widen_to_one_are_refused_in_one_line(
+    tmp_path: Path, passes: str, second: tuple[pa.DataType, pa.DataType], shown: str
+) -> None:
+    first = (pa.list_(pa.int32()), pa.int64())
+    if second[0] == pa.int64():
+        _write_mixed(tmp_path, [first])
+        columns = {"input_ids": pa.array([5, 6]), "n": pa.array([1, 1]), "doc": pa.array([8, 9])}
+        pq.write_table(pa.table(columns), tmp_path / "in" / "part-1.parquet")
+    else:
+        _write_mixed(tmp_path, [first, second])
+    with pytest.raises(InputError) as caught:
+        prepare_dataset(_config(tmp_path, id_column="doc"))
+    message = str(caught.value)
+    assert "\n" not in message and f"input file {tmp_path / 'in' / 'part-1.parquet'}" in message
+    assert shown in message and str(tmp_path / "in" / "part-0.parquet") in message
+    if "uint64" in shown:
+        assert "(no integer type holds both)" in message
+    assert sorted(os.listdir(tmp_path)) == ["in"]
+
+
+@given(a=st.sampled_from(_INTEGERS), b=st.sampled_from(_INTEGERS), large=st.booleans())
+def test_the_widened_type_is_the_narrowest_that_holds_both(a, b, large) -> None:
+    def limits(kind: pa.DataType) -> tuple[int, int]:
+        info = np.iinfo(kind.to_pandas_dtype())
+        return int(info.min), int(info.max)
+
+    def holds(kind: pa.DataType, other: pa.DataType) -> bool:
+        return limits(kind)[0] <= limits(other)[0] and limits(other)[1] <= limits(kind)[1]
+
+    wide = widened_type(a, b)
+    fitting = [kind for kind in _INTEGERS if holds(kind, a) and holds(kind, b)]
+    if not fitting:
+        assert wide is None  # uint64 next to a signed type
+        return
+    assert wide is not None and holds(wide, a) and holds(wide, b)
+    assert all(wide.bit_width <= kind.bit_width for kind in fitting)
+    assert widened_type(b, a) == wide
+    listed = widened_type(pa.large_list(a) if large else pa.list_(a), pa.list_(b))
+    assert listed == (pa.large_list(wide) if large else pa.list_(wide))
+    assert widened_type(pa.list_(a), pa.list_(pa.float32())) is None

@@ -114,11 +114,18 @@ def test_inspect_inputs_refuses_non_integer_lengths(tmp_path: Path, values, kind
 def test_inspect_inputs_names_the_file_whose_schema_disagrees(tmp_path: Path) -> None:
     a = write_parquet(tmp_path / "a.parquet", {"n": np.array([1], np.int64), "x": [1]})
     b = write_parquet(tmp_path / "b.parquet", {"x": [1], "n": np.array([1], np.int64)})
-    c = write_parquet(tmp_path / "c.parquet", {"n": np.array([1], np.int32), "x": [1]})
+    c = write_parquet(tmp_path / "c.parquet", {"n": np.array([1], np.int64), "x": [1.5]})
     d = write_parquet(tmp_path / "d.parquet", {"n": np.array([1], np.int64)})
+    e = write_parquet(tmp_path / "e.parquet", {"n": np.array([1], np.uint16), "x": [1]})
     assert len(scan.inspect_inputs([a, b], "n")) == 2  # column order does not matter
-    with pytest.raises(InputError, match=r"c\.parquet has a different schema.*'n' is int32"):
+    with pytest.raises(InputError, match=r"c\.parquet has a different schema.*'x' is double"):
         scan.inspect_inputs([a, c], "n")
+    # Integer widths agree: the length column is read as the widest (int32 + uint16 -> int32).
+    narrow = write_parquet(tmp_path / "f.parquet", {"n": np.array([1], np.int32), "x": [1]})
+    assert [f.column_types for f in scan.inspect_inputs([narrow, e], "n")] == [
+        (("n", "INTEGER"),)
+    ] * 2
+    assert scan.inspect_inputs([e, a], "n")[0].column_types == (("n", "BIGINT"),)
     with pytest.raises(InputError, match=r"d\.parquet has a different schema.*no column 'x'"):
         scan.inspect_inputs([a, d], "n")
 

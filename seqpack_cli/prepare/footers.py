@@ -2,9 +2,10 @@
 
 `read_footer` reads one input's footer (pyarrow metadata: row count, schema); `check_footers`
 checks footers read already, in the inputs' order (columns exist, their types can be read, names
-DuckDB could confuse, schemas agree), so the Dask engine can read footers on its workers and
-still report the first problem in the inputs' order; `inspect_inputs` does both, locally. The
-checked result is one `InputFile` per input, which the histogram and pools passes read.
+DuckDB could confuse, schemas agree up to integer widths), so the Dask engine can read footers on
+its workers and still report the first problem in the inputs' order; `inspect_inputs` does both,
+locally. The checked result is one `InputFile` per input, which the histogram and pools passes
+read.
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ from seqpack_cli.errors import InputError, option
 from seqpack_cli.prepare.db import first_line
 from seqpack_cli.prepare.inputs import not_regular
 
-__all__ = ["Footer", "InputFile", "check_footers", "inspect_inputs", "read_footer"]
+__all__ = ["Footer", "InputFile", "check_footers", "inspect_inputs", "read_footer", "widened_type"]
 
 
 @dataclass(frozen=True)
@@ -120,16 +121,86 @@ def _check_column(
     )
 
 
-def _schema_difference(
-    types: Mapping[str, pa.DataType], reference: Mapping[str, pa.DataType], reference_path: Path
-) -> str:
-    for name, column_type in reference.items():
-        if name not in types:
-            return f"it has no column {name!r}, which {reference_path} has"
-        if types[name] != column_type:
-            return f"column {name!r} is {types[name]} there but {column_type} in {reference_path}"
-    extra = next(name for name in types if name not in reference)
-    return f"it has a column {extra!r} that {reference_path} lacks"
+_SIGNED_BY_WIDTH = {8: pa.int8(), 16: pa.int16(), 32: pa.int32(), 64: pa.int64()}
+
+
+def _wider_integer(a: pa.DataType, b: pa.DataType) -> pa.DataType | None:
+    """The narrowest integer type that holds every value of integer types `a` and `b` (None
+    for uint64 next to a signed type: no 64-bit type holds both)."""
+    if pa.types.is_signed_integer(a) == pa.types.is_signed_integer(b):
+        return a if a.bit_width >= b.bit_width else b
+    signed, unsigned = (a, b) if pa.types.is_signed_integer(a) else (b, a)
+    return _SIGNED_BY_WIDTH.get(max(signed.bit_width, 2 * unsigned.bit_width))
+
+
+def widened_type(a: pa.DataType, b: pa.DataType) -> pa.DataType | None:
+    """The one type that columns of types `a` and `b` both convert to without loss, or None.
+
+    Tokenised datasets written by different tools differ in integer widths (`int32` or `int64`,
+    `uint16` ids) and in list kinds (`list` or `large_list`): such columns agree, as the widest
+    integer (a list of it, a `large_list` if either is one). Any other difference (a list of
+    floats next to a list of integers) does not.
+    """
+    if a == b:
+        return a
+    if pa.types.is_integer(a) and pa.types.is_integer(b):
+        return _wider_integer(a, b)
+    a_element, b_element = _list_element(a), _list_element(b)
+    if a_element is None or b_element is None:
+        return None
+    if not (pa.types.is_integer(a_element) and pa.types.is_integer(b_element)):
+        return None
+    element = _wider_integer(a_element, b_element)
+    if element is None:
+        return None
+    large = pa.types.is_large_list(a) or pa.types.is_large_list(b)
+    return pa.large_list(element) if large else pa.list_(element)
+
+
+@dataclass
+class _AgreedSchema:
+    """The columns every input so far has, each with the type they all widen to and the file
+    that brought that type (named when a later file's column disagrees)."""
+
+    types: dict[str, pa.DataType]
+    origins: dict[str, Path]
+
+    def add(self, path: Path, types: Mapping[str, pa.DataType]) -> str | None:
+        """Widen the agreed types by one more file's; how that file differs, if it does."""
+        first = next(iter(self.origins.values()))
+        missing = next((name for name in self.types if name not in types), None)
+        if missing is not None:
+            return f"it has no column {missing!r}, which {first} has"
+        extra = next((name for name in types if name not in self.types), None)
+        if extra is not None:
+            return f"it has a column {extra!r} that {first} lacks"
+        for name, column_type in types.items():
+            agreed = self.types[name]
+            widened = widened_type(column_type, agreed)
+            if widened is None:
+                # Integers that do not widen: uint64 next to a signed type.
+                why = " (no integer type holds both)" if _integers(column_type, agreed) else ""
+                return (
+                    f"column {name!r} is {column_type} there but {agreed} in "
+                    f"{self.origins[name]}{why}"
+                )
+            if widened != agreed:
+                self.types[name] = widened
+                self.origins[name] = path
+        return None
+
+
+def _integers(a: pa.DataType, b: pa.DataType) -> bool:
+    """Whether `a` and `b` are both integers, or both lists of integers."""
+    if pa.types.is_integer(a) and pa.types.is_integer(b):
+        return True
+    a_element, b_element = _list_element(a), _list_element(b)
+    return (
+        a_element is not None
+        and b_element is not None
+        and pa.types.is_integer(a_element)
+        and pa.types.is_integer(b_element)
+    )
 
 
 @dataclass(frozen=True)
@@ -187,31 +258,40 @@ def check_footers(
     `InputError` in place of a footer is raised when its turn comes, so the first problem in
     the inputs' order is the one reported, whoever read the footers."""
     read = _check_columns(length_column, id_column)
-    files: list[InputFile] = []
-    reference: Footer | None = None
-    column_types: tuple[tuple[str, str], ...] = ()
+    roles = list(zip(read, ("length", "id"), strict=False))
+    checked: list[Footer] = []
+    agreed: _AgreedSchema | None = None
     for footer in footers:
         if isinstance(footer, InputError):
             raise footer
         path, names, types = footer.path, list(footer.names), footer.types
-        if reference is None:
-            column_types = tuple(
-                (column, _check_column(path, names, types, column, role))
-                for column, role in zip(read, ("length", "id"), strict=False)
-            )
-            reference = footer
-        elif types != reference.types:
-            difference = _schema_difference(types, reference.types, reference.path)
-            raise InputError(
-                f"input file {path} has a different schema from the other inputs: {difference}; "
-                "all inputs need the same columns and types (in any order): rewrite it or leave "
-                "it out"
-            )
-        elif len(names) != len(types):  # the same names, one of them maybe twice
-            for column, role in zip(read, ("length", "id"), strict=False):
+        if agreed is None:
+            for column, role in roles:
                 _check_column(path, names, types, column, role)
-        files.append(InputFile(path, footer.num_bytes, footer.num_rows, column_types))
-    return files
+            agreed = _AgreedSchema(dict(types), dict.fromkeys(types, path))
+        else:
+            difference = agreed.add(path, types)
+            if difference is not None:
+                raise InputError(
+                    f"input file {path} has a different schema from the other inputs: "
+                    f"{difference}; all inputs need the same columns (in any order), of the same "
+                    "types up to integer widths: rewrite it or leave it out"
+                )
+            if len(names) != len(types):  # the same names, one of them maybe twice
+                for column, role in roles:
+                    _check_column(path, names, types, column, role)
+        checked.append(footer)
+    if agreed is None:
+        return []
+    # DuckDB reads every file's columns as the type they all widen to (`bound_schema` casts).
+    column_types = tuple(
+        (column, _check_column(checked[0].path, list(checked[0].names), agreed.types, column, role))
+        for column, role in roles
+    )
+    return [
+        InputFile(footer.path, footer.num_bytes, footer.num_rows, column_types)
+        for footer in checked
+    ]
 
 
 def inspect_inputs(
@@ -223,6 +303,7 @@ def inspect_inputs(
     truncated), a missing length/id column (names match exactly), an id column that is not of
     integers, a length column that is neither integers nor lists of integers, a column read
     that another column's name equals ignoring case (DuckDB could read either), and files whose
-    schemas (names and types) disagree.
+    schemas disagree: other column names, or types that do not widen to one (`widened_type`:
+    integers of other widths agree, and are read as the widest).
     """
     return check_footers((read_footer(path) for path in paths), length_column, id_column)
