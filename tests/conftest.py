@@ -9,6 +9,9 @@ of 2 worker processes of a thread each, for the `--engine dask` tests (skipped w
 `reference_packers` is benchmarks/reference_packers.py,
 the per-item packers the packing tests use as oracles (`from conftest import reference_packers`).
 `with_default_signals(command)` is how a test starts a child it will send SIGINT or SIGTERM.
+Tests of whole clusters, of processes killed at random, and of the big dataset are marked `slow`
+here (`SLOW`), beside those marked in their modules: `make test` leaves them out, `make test-all`
+and CI run them.
 """
 
 from __future__ import annotations
@@ -27,6 +30,33 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
+
+# What makes a test slow, wherever it lives: the fixtures that start a Dask cluster or write the
+# 1.5M-row dataset, the modules that start clusters of processes of their own, and single tests
+# that run many processes (`module.py::test_name`). They keep every assertion; `make test-all`
+# and CI run them.
+SLOW = {
+    "fixtures": {"dask_cluster", "stale_cluster", "big_dataset"},
+    "modules": {"test_dask_cli.py", "test_dask_local_cluster.py"},
+    "tests": {
+        # a local cluster of 2 worker processes, started by --workers
+        "test_dask_engine.py::test_workers_start_a_local_cluster_and_json_names_the_engine",
+        # 18 runs of `python -m seqpack_cli.prepare`
+        "test_output_safety.py::test_random_signals_always_leave_a_complete_output",
+    },
+}
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    for item in items:
+        module = item.path.name
+        name = f"{module}::{getattr(item, 'originalname', item.name)}"
+        if (
+            module in SLOW["modules"]
+            or name in SLOW["tests"]
+            or SLOW["fixtures"] & set(getattr(item, "fixturenames", ()))
+        ):
+            item.add_marker(pytest.mark.slow)
 
 
 def write_parquet(
