@@ -31,11 +31,13 @@ PROFILE_KEYS = {
     "sample_size",
     "seed",
     "max_seq_len",
+    "max_seqs_per_bin",
     "stats",
     "lower_bound_by",
     "lengths",
     "no_packing",
     "sequential",
+    "left_out",
     "length_histogram",
     "bin_fullness",
     "seqs_per_bin",
@@ -53,10 +55,13 @@ SWEEP_KEYS = {
     "sample_size",
     "seed",
     "max_seqs_per_bin",
+    "packer",
+    "left_out",
     "rows",
 }
 ROW_KEYS = {
     "max_seq_len",
+    "max_seqs_per_bin",
     "num_over_cap",
     "num_tokens_over_cap",
     "share_over_cap",
@@ -66,6 +71,9 @@ ROW_KEYS = {
     "num_pieces_if_split",
     "attention",
     "seqpack",
+    "uncapped_bins",
+    "bins_vs_uncapped",
+    "seqs_per_bin",
     "lower_bound_by",
     "no_packing",
     "sequential",
@@ -83,6 +91,7 @@ BASELINE_KEYS = {
     "avg_seqs_per_bin",
     "num_simulated",
     "estimated",
+    "max_seqs_per_bin",
 }
 
 
@@ -192,7 +201,13 @@ def test_prepared_terminal_report(prepared_dir: Path) -> None:
     for heading in ("Sequence lengths", "Bin fullness", "Sequences per bin", "Most common"):
         assert heading in out
     assert "no packing" in out and "sequential" in out
-    assert "60 sequences over max_seq_len" in out  # dropped by prepare, from the manifest
+    # dropped by prepare, from the manifest: sequences and tokens, with their shares
+    summary = load_prepared(prepared_dir).manifest["summary"]
+    line = next(line for line in out.splitlines() if "dropped by prepare" in line)
+    text = " ".join(line.split())
+    assert text.startswith("dropped by prepare 60 sequences (")
+    share = summary["num_tokens_dropped"] / summary["num_input_tokens"]
+    assert f"{summary['num_tokens_dropped']:,} tokens lost ({share:.2%} of the inputs')" in text
 
 
 def test_prepared_json_agrees_with_packing_stats(prepared_dir: Path) -> None:
@@ -289,11 +304,10 @@ def test_sweep_json_agrees_with_numpy(data_dir: Path, lengths: np.ndarray) -> No
         assert row["share_tokens_truncated"] == pytest.approx((over - cap).sum() / lengths.sum())
         assert row["num_pieces_if_split"] == int(np.ceil(over / cap).sum())
         squares = int((kept.astype(object) ** 2).sum())
-        assert row["attention"] == {
-            "packed": squares,
-            "padded": kept.size * cap * cap,
-            "packed_vs_padded": pytest.approx(squares / (kept.size * cap * cap)),
-        }
+        attention = row["attention"]
+        assert (attention["packed"], attention["padded"]) == (squares, kept.size * cap * cap)
+        assert attention["packed_vs_padded"] == pytest.approx(squares / (kept.size * cap * cap))
+        assert attention["per_bin_mean"] == pytest.approx(squares / row["seqpack"]["num_bins"])
         direct = PackingStats.from_templates(
             pack_length_histogram_batched(_histogram(kept), cap), cap
         )
@@ -356,7 +370,8 @@ def test_sweep_every_option(data_dir: Path, tmp_path: Path) -> None:
     assert result.exit_code == 0, result.output
     document = json.loads(result.stdout)
     row = document["rows"][0]
-    assert document["max_seqs_per_bin"] == 2 and row["seqpack"]["max_seqs_in_bin"] <= 2
+    assert document["max_seqs_per_bin"] == [2] and row["seqpack"]["max_seqs_in_bin"] <= 2
+    assert row["max_seqs_per_bin"] == 2 == row["sequential"]["max_seqs_per_bin"]
     assert (document["sample_size"], document["seed"]) == (500, 3)
     # more kept sequences than the sample: simulated on 500 and scaled up
     assert row["sequential"]["num_simulated"] == 500 and row["sequential"]["estimated"]
@@ -404,6 +419,57 @@ def test_stats_of_a_capped_prepared_dir_use_its_cap(tmp_path: Path) -> None:
     assert "10 (lower bound 10, +0.00%)" in out
 
 
+def test_caps_are_swept_from_the_command_line(data_dir: Path, lengths: np.ndarray) -> None:
+    # `--max-seqs-per-bin 8,16` was a usage error: caps are compared like max_seq_len values,
+    # every pair, each row under its own cap for seqpack and both baselines.
+    result = _invoke_sweep(
+        data_dir,
+        "--max-seq-len", "128,512",
+        "--max-seqs-per-bin", "2,4",
+        "--max-seqs-per-bin", "none",
+        "--sample-size", "500",
+        "--json",
+    )  # fmt: skip
+    assert result.exit_code == 0, result.output
+    document = json.loads(result.stdout)
+    assert document["max_seqs_per_bin"] == [2, 4, None]
+    keys = [(row["max_seq_len"], row["max_seqs_per_bin"]) for row in document["rows"]]
+    assert keys == [(128, 2), (128, 4), (128, None), (512, 2), (512, 4), (512, None)]
+    for row in document["rows"]:
+        cap = row["max_seqs_per_bin"]
+        assert row["sequential"]["max_seqs_per_bin"] == cap
+        if cap is not None:
+            assert row["seqpack"]["max_seqs_in_bin"] <= cap
+            kept = int((lengths <= row["max_seq_len"]).sum())
+            assert row["seqpack"]["num_bins"] >= -(-kept // cap)
+            assert row["sequential"]["num_bins"] >= -(-kept // cap)
+        assert sum(bucket["count"] for bucket in row["seqs_per_bin"]) == row["seqpack"]["num_bins"]
+    out = _invoke_sweep(data_dir, "--max-seq-len", "512", "--max-seqs-per-bin", "2,none").stdout
+    assert "cap (max sequences per bin): 2, none" in out and "Per cap" in out
+
+
+def test_prepared_report_shows_the_tokens_prepare_left_out(prepared_dir: Path) -> None:
+    summary = load_prepared(prepared_dir).manifest["summary"]
+    assert summary["num_tokens_dropped"] > 0  # the fixture drops the sequences over 512
+    document = json.loads(_invoke("stats", str(prepared_dir), "--json").stdout)
+    left_out = document["left_out"]
+    assert left_out["num_dropped"] == summary["num_dropped"] == 60
+    assert left_out["num_tokens_dropped"] == summary["num_tokens_dropped"]
+    assert left_out["num_input_tokens"] == summary["num_input_tokens"]
+    assert left_out["share_tokens_dropped"] == pytest.approx(
+        summary["num_tokens_dropped"] / summary["num_input_tokens"]
+    )
+    assert left_out["num_truncated"] == 0 == left_out["num_tokens_truncated"]
+    # the sweep of its lengths says it too: counts.json no longer holds them
+    sweep = _invoke("stats", str(prepared_dir), "--max-seq-len", "256", "--json")
+    assert json.loads(sweep.stdout)["left_out"] == left_out
+    text = " ".join(_invoke("stats", str(prepared_dir), "--max-seq-len", "256").stdout.split())
+    assert f"{summary['num_tokens_dropped']:,} tokens lost" in text
+    html = prepared_dir.parent / "report.html"
+    assert _invoke("stats", str(prepared_dir), "--html", str(html), "--quiet").exit_code == 0
+    assert f"{summary['num_tokens_dropped']:,} tokens lost" in html.read_text()
+
+
 # ---- errors ---------------------------------------------------------------------------------
 
 
@@ -417,6 +483,9 @@ def test_usage_errors_exit_2(data_dir: Path) -> None:
         "stats", "--max-seq-len", "1024", "2048", str(data_dir), "--length-column", "n"
     )
     assert result.exit_code == 2 and "--max-seq-len 1024,2048" in " ".join(result.output.split())
+    result = _invoke_sweep(data_dir, "--max-seq-len", "512", "--max-seqs-per-bin", "8,x")
+    assert result.exit_code == 2
+    assert "'x' is not a positive integer or none (no cap)" in " ".join(result.output.split())
 
 
 @pytest.mark.parametrize(

@@ -104,7 +104,8 @@ def test_sweep_of_parquet_inputs(data_dir: Path) -> None:
     assert document["inputs"] == sorted(str(path) for path in data_dir.glob("*.parquet"))
     assert [row["max_seq_len"] for row in document["rows"]] == [128, 512]  # ascending
     assert all(tuple(row) == JSON_SCHEMA["sweep row"] for row in document["rows"])
-    assert document["max_seqs_per_bin"] == 4
+    assert document["max_seqs_per_bin"] == [4]
+    assert all(row["max_seqs_per_bin"] == 4 for row in document["rows"])
     assert document["rows"][1]["num_over_cap"] == 0 and document["lengths"]["num_sequences"] == 500
     printed = _cli_json(
         str(data_dir), "--length-column", "num_tokens", "--max-seq-len", "128,512",

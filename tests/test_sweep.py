@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import math
 from collections import Counter
 
@@ -26,6 +27,7 @@ from seqpack_cli.stats.distribution import (
     cap_costs,
     linear_edges,
     power_of_two_edges,
+    seqs_per_bin_buckets,
     summarize_lengths,
 )
 from seqpack_cli.stats.profile import profile_packing
@@ -226,11 +228,12 @@ def test_profile_golden() -> None:
     assert sum(fullness.values()) == 6
     per_bin = {bucket.label: bucket.count for bucket in profile.seqs_per_bin_buckets}
     assert per_bin == {"1": 2, "2": 3, "3": 1}
-    # past 8 sequences per bin, power-of-two ranges: 9–16, 17–32, ... up to the largest
+    # even-width buckets up to the largest: at most 16, the width a round 1, 2, 5, 10, ...
+    # (20 sequences at most: width 2, ten buckets 1–2, 3–4, ..., 19–20)
     many = profile_packing({1: 1}, Counter({(1,) * 20: 2, (1,) * 5: 1}), 20, sample_size=10)
     per_bin = {bucket.label: bucket.count for bucket in many.seqs_per_bin_buckets}
-    assert per_bin["5"] == 1 and per_bin["9–16"] == 0 and per_bin["17–20"] == 2
-    assert list(per_bin)[-2:] == ["9–16", "17–20"] and len(per_bin) == 10
+    assert per_bin["5–6"] == 1 and per_bin["19–20"] == 2 and sum(per_bin.values()) == 3
+    assert list(per_bin) == [f"{low}–{low + 1}" for low in range(1, 20, 2)]
     # most common first, only `top` of them
     assert profile.top_templates == [((5, 5), 3), ((7,), 2)]
     assert profile.num_templates == 3
@@ -399,11 +402,14 @@ def test_sweep_rows_carry_the_cap_costs() -> None:
         assert document["share_tokens_over_cap"] == cost.share_tokens_over_cap
         assert document["num_tokens_truncated"] == cost.num_tokens_truncated
         assert document["share_tokens_truncated"] == cost.share_tokens_truncated
-        assert document["attention"] == {
-            "packed": cost.attention_packed,
-            "padded": cost.attention_padded,
-            "packed_vs_padded": cost.attention_vs_padded,
-        }
+        attention = document["attention"]
+        assert (attention["packed"], attention["padded"]) == (
+            cost.attention_packed,
+            cost.attention_padded,
+        )
+        assert attention["packed_vs_padded"] == cost.attention_vs_padded
+        assert attention["per_bin_mean"] == cost.attention_packed / row.packed.num_bins
+        assert attention["per_bin_max"] <= row.max_seq_len**2
         # padded rows are the no-packing baseline's rows, each max_seq_len wide
         assert cost.attention_padded == row.no_packing.num_bins * row.max_seq_len**2
 
@@ -471,3 +477,125 @@ def test_cap_costs_of_a_billion_sequences_are_exact_and_fast() -> None:
     assert costs == [_cap_cost_by_entry(histogram, cap) for cap in caps]
     assert costs[0].num_sequences == 10**9
     assert elapsed < 1.0, elapsed  # ~0.01 s: O(distinct lengths), not O(sequences)
+
+
+# ---- the cap (max_seqs_per_bin): baselines under it, swept like lengths ----------------------
+
+
+def test_capped_sweep_compares_against_capped_baselines() -> None:
+    # 100 one-token sequences at max_seq_len 100, at most 2 a bin: 50 bins for any packing.
+    # The sequential baseline ignored the cap (1 bin), so seqpack "saved" -4,900% of its bins.
+    (row,) = sweep_max_seq_len({1: 100}, [100], max_seqs_per_bin=2, sample_size=1000).rows
+    assert row.max_seqs_per_bin == 2
+    assert (row.packed.num_bins, row.sequential.num_bins, row.no_packing.num_bins) == (50, 50, 100)
+    assert row.bins_saved_vs_sequential == 0.0
+    assert row.sequential.max_seqs_per_bin == 2 == row.no_packing.max_seqs_per_bin
+    document = row.to_dict()
+    assert document["max_seqs_per_bin"] == 2 == document["sequential"]["max_seqs_per_bin"]
+    # what the cap costs: 50 bins where one holds them all without it
+    assert (row.uncapped_bins, row.bins_vs_uncapped) == (1, 49.0)
+
+
+def test_capped_sequential_estimate_is_scaled_under_the_cap() -> None:
+    # 1e7 sequences of 100 tokens at 8,192, at most 16 a row: exactly 625,000 rows. Uncapped
+    # next-fit holds 81 a row: the 10,000 sampled take 124 rows, scaled by 1,000. The sample
+    # must be simulated under the cap.
+    capped = estimate_sequential_packing(
+        {100: 10**7}, 8192, sample_size=10_000, max_seqs_per_bin=16
+    )
+    assert capped.estimated and capped.num_bins == 625_000
+    assert estimate_sequential_packing({100: 10**7}, 8192, sample_size=10_000).num_bins == 124_000
+
+
+def _next_fit_oracle(lengths: list[int], max_seq_len: int, cap: int | None) -> list[list[int]]:
+    rows: list[list[int]] = []
+    for length in lengths:
+        if rows and sum(rows[-1]) + length <= max_seq_len and (cap is None or len(rows[-1]) < cap):
+            rows[-1].append(length)
+        else:
+            rows.append([length])
+    return rows
+
+
+@settings(max_examples=150, deadline=None)
+@given(
+    st.lists(st.integers(1, 50), max_size=200),
+    st.integers(50, 120),
+    st.one_of(st.none(), st.integers(1, 12)),
+)
+def test_capped_next_fit_matches_the_oracle(
+    lengths: list[int], max_seq_len: int, cap: int | None
+) -> None:
+    rows = _next_fit_oracle(lengths, max_seq_len, cap)
+    assert next_fit_num_bins(lengths, max_seq_len, cap) == len(rows)
+    if cap is not None:
+        assert all(len(row) <= cap for row in rows)
+        assert len(rows) >= math.ceil(len(lengths) / cap)
+
+
+def test_caps_are_swept_like_lengths() -> None:
+    # Every (max_seq_len, cap) pair, by max_seq_len, then cap ascending with no cap last; each
+    # row names its cap and is weighed against the uncapped packing at its max_seq_len.
+    result = sweep_max_seq_len(SMALL, [16, 10], max_seqs_per_bin=[None, 2, 2, 3], sample_size=50)
+    assert result.max_seqs_per_bin == (2, 3, None)
+    assert [(row.max_seq_len, row.max_seqs_per_bin) for row in result.rows] == [
+        (10, 2), (10, 3), (10, None), (16, 2), (16, 3), (16, None),
+    ]  # fmt: skip
+    by_key = {(row.max_seq_len, row.max_seqs_per_bin): row for row in result.rows}
+    for (max_seq_len, cap), row in by_key.items():
+        uncapped = by_key[max_seq_len, None]
+        assert row.uncapped_bins == uncapped.packed.num_bins
+        assert row.packed.num_bins >= row.uncapped_bins
+        if cap is not None:
+            assert row.packed.max_seqs_in_bin <= cap
+            assert row.sequential.max_seqs_per_bin == cap
+    # 16 tokens, 2 a bin: the 7 sequences need 4 bins where 3 hold them uncapped (12+3, ...)
+    assert (by_key[16, 2].packed.num_bins, by_key[16, None].packed.num_bins) == (4, 3)
+    assert by_key[16, 2].bins_vs_uncapped == pytest.approx(1 / 3)
+    # --json names the caps compared and each row's
+    document = result.to_dict()
+    assert document["max_seqs_per_bin"] == [2, 3, None]
+    assert [row["max_seqs_per_bin"] for row in document["rows"]] == [2, 3, None] * 2
+    assert document["packer"] == "pack_length_histogram_batched(lp_effort=0.5)"
+
+
+def test_a_cap_list_is_checked() -> None:
+    with pytest.raises(ConfigError, match="max_seqs_per_bin is 0"):
+        sweep_max_seq_len(SMALL, [10], max_seqs_per_bin=[4, 0])
+    with pytest.raises(ConfigError, match="max_seqs_per_bin is empty"):
+        sweep_max_seq_len(SMALL, [10], max_seqs_per_bin=[])
+
+
+@settings(max_examples=40, deadline=None)
+@given(_small_histograms, st.integers(8, 80), st.integers(1, 6))
+def test_sweep_seqs_per_bin_and_attention_per_bin(
+    histogram: dict[int, int], max_seq_len: int, cap: int
+) -> None:
+    # The distribution of sequences per bin accounts for every bin, in even-width buckets
+    # ending at the largest; the largest bin attention is one of the packing's bins'.
+    for row in sweep_max_seq_len(
+        histogram, [max_seq_len], max_seqs_per_bin=[cap, None], sample_size=50
+    ).rows:
+        buckets = row.seqs_per_bin
+        assert sum(bucket.count for bucket in buckets) == row.packed.num_bins
+        if row.packed.num_bins:
+            assert buckets[-1].high == row.packed.max_seqs_in_bin
+            widths = {bucket.high - bucket.low + 1 for bucket in buckets[:-1]}
+            assert len(widths) <= 1 and len(buckets) <= 16
+            assert row.attention_max_bin <= max_seq_len**2
+            assert row.attention_max_bin >= row.attention_per_bin
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.dictionaries(st.integers(1, 5000), st.integers(1, 50), min_size=1, max_size=20))
+def test_seqs_per_bin_buckets_are_even(sizes_to_bins: dict[int, int]) -> None:
+    sizes = np.array(list(sizes_to_bins), dtype=np.int64)
+    weights = np.array(list(sizes_to_bins.values()), dtype=np.int64)
+    buckets = seqs_per_bin_buckets(sizes, weights)
+    width = buckets[0].high - buckets[0].low + 1
+    assert width in {1, 2, 5} or str(width).rstrip("0") in {"1", "2", "5"}  # round widths
+    assert len(buckets) <= 16 and buckets[0].low == 1 and buckets[-1].high == sizes.max()
+    for previous, bucket in itertools.pairwise(buckets):
+        assert bucket.low == previous.high + 1
+        assert previous.high - previous.low + 1 == width
+    assert sum(bucket.count for bucket in buckets) == weights.sum()

@@ -15,7 +15,6 @@ from typing import Annotated
 import typer
 
 from seqpack_cli.cli.options import (
-    MaxSeqsPerBinOption,
     MemoryLimitOption,
     TempDirOption,
     ThreadsOption,
@@ -36,7 +35,8 @@ STATS_EPILOG = (
     "Baselines, what you get without seqpack, on the same sequences (those over the cap "
     "dropped): no packing = one sequence per row, padded to max_seq_len (exact); sequential = "
     "the dataset shuffled, then sequences concatenated in that order, a new row whenever the "
-    "next one does not fit, none split (next-fit). Sequential is simulated on a seeded random "
+    "next one does not fit (or the row holds --max-seqs-per-bin sequences: both baselines obey "
+    "seqpack's cap), none split (next-fit). Sequential is simulated on a seeded random "
     "sample of --sample-size sequences drawn from the length histogram and scaled to the "
     "dataset: an estimate, marked *, costing ~0.1 s per max_seq_len at any size (exact for a "
     "dataset no larger than the sample). The order of your files is not used: the histogram "
@@ -48,32 +48,52 @@ STATS_EPILOG = (
     + ", ".join(JSON_SCHEMA["prepared"])
     + ". Sweep: "
     + ", ".join(JSON_SCHEMA["sweep"])
-    + " (one per max_seq_len, ascending: "
+    + " (one per max_seq_len and cap, ascending: "
     + ", ".join(JSON_SCHEMA["sweep row"])
     + ")."
 )
 
 
-def _parse_max_seq_lens(values: list[str]) -> list[int]:
-    """`--max-seq-len 1024 --max-seq-len 2048,4096` -> [1024, 2048, 4096].
+def _parse_positive_list(
+    values: list[str], option: str, example: tuple[str, str], *, none: bool = False
+) -> list[int | None]:
+    """`--option 1024 --option 2048,4096` -> [1024, 2048, 4096]; with `none`, "none" is None.
 
     Text that is no positive integer is a usage error (exit code 2); the values themselves (one
     over seqpack's limit, say) are checked by `StatsRequest`, before any input is read.
     """
-    parsed: list[int] = []
+    parsed: list[int | None] = []
+    first, second = example
     for value in values:
         for piece in value.split(","):
             text = piece.strip().replace("_", "")
+            if none and text.lower() == "none":
+                parsed.append(None)
+                continue
             # ASCII digits only: int() refuses some characters str.isdigit() accepts ("²").
             if not (text.isascii() and text.isdigit()) or int(text) <= 0:
+                what = "a positive integer" + (" or none (no cap)" if none else "")
                 raise typer.BadParameter(
-                    f"{piece.strip()!r} is not a positive integer; give token counts, repeated "
-                    "(--max-seq-len 1024 --max-seq-len 2048) or comma-separated "
-                    "(--max-seq-len 1024,2048)",
-                    param_hint="'--max-seq-len'",
+                    f"{piece.strip()!r} is not {what}; give values repeated ({option} {first} "
+                    f"{option} {second}) or comma-separated ({option} {first},{second})",
+                    param_hint=f"'{option}'",
                 )
             parsed.append(int(text))
     return parsed
+
+
+def _parse_max_seq_lens(values: list[str]) -> list[int]:
+    """`--max-seq-len 1024 --max-seq-len 2048,4096` -> [1024, 2048, 4096]."""
+    parsed = _parse_positive_list(values, "--max-seq-len", ("1024", "2048"))
+    return [value for value in parsed if value is not None]
+
+
+def _parse_caps(values: list[str] | None) -> int | list[int | None] | None:
+    """`--max-seqs-per-bin 8,16,none` -> [8, 16, None] (caps to compare); one value as is."""
+    if not values:
+        return None
+    parsed = _parse_positive_list(values, "--max-seqs-per-bin", ("8", "16"), none=True)
+    return parsed[0] if len(parsed) == 1 else parsed
 
 
 def _check_stray_numbers(inputs: list[str]) -> None:
@@ -138,7 +158,17 @@ def stats(
             show_default=False,
         ),
     ] = None,
-    max_seqs_per_bin: MaxSeqsPerBinOption = None,
+    max_seqs_per_bin: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--max-seqs-per-bin",
+            metavar="K[,K...]",
+            help="At most K sequences per bin, for seqpack and both baselines (default: no "
+            "cap). Several caps are compared like --max-seq-len values (--max-seqs-per-bin "
+            "8,16,none: none is no cap), each at every max_seq_len.",
+            show_default=False,
+        ),
+    ] = None,
     verify: Annotated[
         bool, typer.Option("--verify", help="Check the sha256 of every prepared file.")
     ] = False,
@@ -179,7 +209,8 @@ def stats(
     length column and shows, per max_seq_len, what the cap costs (the sequences over it, the
     tokens lost if they are dropped or cut if they are truncated, and the attention FLOPs of
     packed rows against padded ones), then seqpack's bins and efficiency on the sequences that
-    fit, next to packing without seqpack.
+    fit, next to packing without seqpack. `--max-seqs-per-bin 8,16,none` compares caps too:
+    bins against no cap, sequences and attention per bin, each at every max_seq_len.
     """
     candidates = _parse_max_seq_lens(max_seq_len or [])
     _check_stray_numbers(inputs)
@@ -187,7 +218,7 @@ def stats(
         inputs,
         max_seq_lens=candidates,
         length_column=length_column,
-        max_seqs_per_bin=max_seqs_per_bin,
+        max_seqs_per_bin=_parse_caps(max_seqs_per_bin),
         verify=verify,
         top=top,
         sample_size=sample_size,

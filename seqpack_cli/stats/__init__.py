@@ -5,7 +5,9 @@
   what a cap costs (`CapCost`: tokens dropped or truncated, attention against padded rows);
 - `baselines`: packing without seqpack (no packing; sequential next-fit on a seeded sample);
 - `profile`: one packing (a prepared directory) described (`PackingProfile`);
-- `sweep`: seqpack and both baselines at each candidate `max_seq_len` (`SweepResult`);
+- `sweep`: seqpack and both baselines at each candidate `max_seq_len` and per-bin cap
+  (`SweepResult`);
+- `left_out`: what prepare dropped or truncated, from a prepared directory's manifest;
 - `render`: a `StatsReport` drawn, by mode: `report` (the terminal, rich) or `html` (the
   self-contained `--html` page, its charts drawn by `svg`).
 

@@ -6,8 +6,10 @@ number of sequences:
 
 - **no packing**: one sequence per row, padded to `max_seq_len`. Exact.
 - **sequential packing**: the dataset shuffled, then sequences concatenated in that order, a new
-  row started whenever the next sequence does not fit, none split (next-fit). This is what a
-  streaming "concatenate until full" packer does. Its bin count depends on the order; a random
+  row started whenever the next sequence does not fit (or, with `max_seqs_per_bin`, the row
+  already holds that many), none split (next-fit). This is what a streaming "concatenate until
+  full" packer does; under a cap it obeys the same cap as seqpack, or the comparison would set a
+  capped packing against an uncapped one. Its bin count depends on the order; a random
   order is the common case (shuffled data) and the only one the histogram determines, so it is
   simulated on a seeded random window of `sample_size` sequences drawn without replacement from
   the histogram, and scaled to the whole dataset (`estimated=True`). When the dataset has at most
@@ -28,7 +30,12 @@ from typing import Any
 
 import numpy as np
 
-from seqpack_cli.checks import check_int, check_max_seq_len, validate_length_array
+from seqpack_cli.checks import (
+    check_int,
+    check_max_seq_len,
+    check_max_seqs_per_bin,
+    validate_length_array,
+)
 from seqpack_cli.errors import option
 from seqpack_cli.packing.bounds import lower_bounds_of_lengths
 from seqpack_cli.packing.efficiency import fill_figures
@@ -45,6 +52,7 @@ __all__ = [
     "estimate_sequential_packing",
     "next_fit_num_bins",
     "no_packing_stats",
+    "sequential_description",
 ]
 
 logger = logging.getLogger(__name__)
@@ -55,7 +63,8 @@ DEFAULT_SAMPLE_SIZE = 1_000_000
 NO_PACKING_DESCRIPTION = "no packing: one sequence per row, padded to max_seq_len (exact)"
 SEQUENTIAL_DESCRIPTION = (
     "sequential: the dataset shuffled, then sequences concatenated in that order, a new row "
-    "whenever the next one does not fit, none split (next-fit); simulated on a seeded random "
+    "whenever the next one does not fit{cap_clause}, none split (next-fit); simulated on a "
+    "seeded random "
     "sample of up to {sample_size:,} sequences and scaled to the dataset (an estimate)"
 )
 
@@ -79,6 +88,7 @@ class BaselineStats:
     avg_seqs_per_bin: float
     num_simulated: int  # sequences actually packed to get num_bins (0: closed formula)
     estimated: bool  # True when num_bins was scaled up from a sample
+    max_seqs_per_bin: int | None = None  # the per-bin cap it obeys, as seqpack does (None: none)
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -104,13 +114,46 @@ def check_sample_seed(seed: Any) -> int:
     )
 
 
-def next_fit_num_bins(lengths: Sequence[int] | np.ndarray, max_seq_len: int) -> int:
+def sequential_description(
+    sample_size: int, max_seqs_per_bin: int | None, *, several_caps: bool = False
+) -> str:
+    """`SEQUENTIAL_DESCRIPTION` for one report: its sample size, and the cap where there is one
+    (`several_caps`: the report compares caps, each row's own)."""
+    if several_caps:
+        cap_clause = " or the row holds its cap's number of sequences"
+    elif max_seqs_per_bin is None:
+        cap_clause = ""
+    else:
+        cap_clause = f" or the row holds {max_seqs_per_bin:,}"
+    return SEQUENTIAL_DESCRIPTION.format(sample_size=sample_size, cap_clause=cap_clause)
+
+
+def next_fit_num_bins(
+    lengths: Sequence[int] | np.ndarray, max_seq_len: int, max_seqs_per_bin: int | None = None
+) -> int:
     """Rows used by sequential (next-fit) packing of `lengths` in the order given.
 
-    Each sequence goes into the current row if it fits, else it opens a new row; nothing is
-    split. Exact, O(n) in pure Python (~60 ns per sequence).
+    Each sequence goes into the current row if it fits (and, with `max_seqs_per_bin`, the row
+    holds fewer than that many), else it opens a new row; nothing is split. Exact, O(n) in pure
+    Python (~60 ns per sequence).
     """
     array = validate_length_array(lengths, max_seq_len)
+    cap = check_max_seqs_per_bin(max_seqs_per_bin)
+    if cap is None:
+        return _next_fit_uncapped(array, max_seq_len)
+    num_bins = 0
+    fill, held = max_seq_len + 1, 0  # "no open row": the first sequence always opens one
+    for start in range(0, int(array.size), 1 << 20):
+        for length in array[start : start + (1 << 20)].tolist():
+            fill += length
+            held += 1
+            if fill > max_seq_len or held > cap:
+                num_bins += 1
+                fill, held = length, 1
+    return num_bins
+
+
+def _next_fit_uncapped(array: np.ndarray, max_seq_len: int) -> int:
     num_bins = 0
     fill = max_seq_len + 1  # "no open row": the first sequence always opens one
     # Next-fit is inherently sequential (each decision depends on the previous row's fill);
@@ -133,18 +176,22 @@ def _baseline(
     *,
     num_simulated: int = 0,
     estimated: bool = False,
+    max_seqs_per_bin: int | None = None,
 ) -> BaselineStats:
     return BaselineStats(
         method=method,
         **fill_figures(num_bins, num_sequences, num_tokens, max_seq_len),
         num_simulated=num_simulated,
         estimated=estimated,
+        max_seqs_per_bin=max_seqs_per_bin,
     )
 
 
-def empty_baseline(max_seq_len: int, method: str = _NO_PACKING) -> BaselineStats:
+def empty_baseline(
+    max_seq_len: int, method: str = _NO_PACKING, max_seqs_per_bin: int | None = None
+) -> BaselineStats:
     """A baseline with nothing to pack: every sequence is over the cap `max_seq_len`."""
-    return _baseline(method, 0, 0, 0, max_seq_len)
+    return _baseline(method, 0, 0, 0, max_seq_len, max_seqs_per_bin=max_seqs_per_bin)
 
 
 def _kept_histogram(
@@ -156,13 +203,19 @@ def _kept_histogram(
     return lengths[keep].astype(np.int64), counts[keep]
 
 
-def no_packing_stats(length_counts: Mapping[int, int], max_seq_len: int) -> BaselineStats:
-    """One sequence per row, padded to `max_seq_len` (lengths over the cap are left out)."""
+def no_packing_stats(
+    length_counts: Mapping[int, int], max_seq_len: int, max_seqs_per_bin: int | None = None
+) -> BaselineStats:
+    """One sequence per row, padded to `max_seq_len` (lengths over the cap are left out); it
+    obeys any `max_seqs_per_bin`, which it records."""
     max_seq_len = check_max_seq_len(max_seq_len)
+    cap = check_max_seqs_per_bin(max_seqs_per_bin)
     lengths, counts = _kept_histogram(length_counts, max_seq_len)
     num_sequences = int(counts.sum())
     num_tokens = int((lengths * counts).sum())
-    return _baseline(_NO_PACKING, num_sequences, num_sequences, num_tokens, max_seq_len)
+    return _baseline(
+        _NO_PACKING, num_sequences, num_sequences, num_tokens, max_seq_len, max_seqs_per_bin=cap
+    )
 
 
 def _shuffled_sample(
@@ -197,15 +250,17 @@ def _scaled_num_bins(
     lengths: np.ndarray,
     counts: np.ndarray,
     max_seq_len: int,
+    max_seqs_per_bin: int | None,
 ) -> int:
     """The sample's row count scaled to the dataset by N / sample (a ratio estimator).
 
-    Never below what any packing needs (the engine's lower bound; next-fit has no cap on
-    sequences per row): a small sample can miss the few sequences that need rows of their own.
+    Never below what any packing under the same cap needs (the engine's lower bound): a small
+    sample can miss the few sequences that need rows of their own.
     """
     num_sequences = int(counts.sum())
     num_bins = round(sample_bins * num_sequences / sample_size)
-    return max(num_bins, lower_bounds_of_lengths(lengths, counts, max_seq_len).value)
+    bound = lower_bounds_of_lengths(lengths, counts, max_seq_len, max_seqs_per_bin)
+    return max(num_bins, bound.value)
 
 
 def estimate_sequential_packing(
@@ -214,8 +269,10 @@ def estimate_sequential_packing(
     *,
     sample_size: int = DEFAULT_SAMPLE_SIZE,
     seed: int = 0,
+    max_seqs_per_bin: int | None = None,
 ) -> BaselineStats:
-    """Sequential (next-fit) packing of the shuffled dataset, lengths over the cap left out.
+    """Sequential (next-fit) packing of the shuffled dataset, lengths over the cap left out,
+    at most `max_seqs_per_bin` sequences per row where given (the cap seqpack packs under).
 
     Simulates next-fit on `min(sample_size, N)` sequences drawn without replacement from the
     histogram in random order (a uniformly random window of a shuffled dataset has exactly this
@@ -225,22 +282,25 @@ def estimate_sequential_packing(
     max_seq_len = check_max_seq_len(max_seq_len)
     sample_size = check_sample_size(sample_size)
     seed = check_sample_seed(seed)
+    cap = check_max_seqs_per_bin(max_seqs_per_bin)
     lengths, counts = _kept_histogram(length_counts, max_seq_len)
     num_sequences = int(counts.sum())
     if num_sequences == 0:
-        return empty_baseline(max_seq_len, _SEQUENTIAL)
+        return empty_baseline(max_seq_len, _SEQUENTIAL, cap)
     num_tokens = int((lengths * counts).sum())
     sample = _shuffled_sample(lengths, counts, sample_size, seed)
-    sample_bins = next_fit_num_bins(sample, max_seq_len)
+    sample_bins = next_fit_num_bins(sample, max_seq_len, cap)
     estimated = sample.size < num_sequences
     num_bins = (
-        _scaled_num_bins(sample_bins, int(sample.size), lengths, counts, max_seq_len)
+        _scaled_num_bins(sample_bins, int(sample.size), lengths, counts, max_seq_len, cap)
         if estimated
         else sample_bins
     )
     logger.debug(
-        "sequential packing at max_seq_len=%d: %d rows on %d simulated sequences -> %d rows",
+        "sequential packing at max_seq_len=%d, max_seqs_per_bin=%s: %d rows on %d simulated "
+        "sequences -> %d rows",
         max_seq_len,
+        cap,
         sample_bins,
         sample.size,
         num_bins,
@@ -253,4 +313,5 @@ def estimate_sequential_packing(
         max_seq_len,
         num_simulated=int(sample.size),
         estimated=estimated,
+        max_seqs_per_bin=cap,
     )

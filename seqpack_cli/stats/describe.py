@@ -23,6 +23,8 @@ Prepared directory:
     sample_size     sequences simulated for the sequential baseline
     seed            seed of that sample
     max_seq_len     the directory's bin capacity
+    max_seqs_per_bin  the per-bin sequence cap it was prepared with (null: none); both
+                    baselines obey it too
     stats           `PackingStats.to_dict()` of its templates
     lower_bound_by  {volume, size, number}, and lp where the LP bound was computed (the packing
                     misses the others): the bounds whose largest is stats.lower_bound_bins
@@ -30,9 +32,14 @@ Prepared directory:
                     mean_length, p50_length, p90_length, p99_length
     no_packing      a baseline: method, num_bins, num_sequences, num_tokens, capacity,
                     efficiency, padding, padding_ratio, avg_seqs_per_bin, num_simulated, estimated
-    sequential      the same for sequential (next-fit, random order) packing
+    sequential      the same for sequential (next-fit, random order) packing, under the same
+                    cap (its max_seqs_per_bin)
+    left_out        what prepare left out (from the manifest's summary): num_input_sequences,
+                    num_input_tokens, and num_/share_ of dropped, tokens_dropped, truncated,
+                    tokens_truncated (shares of the inputs' sequences or tokens)
     length_histogram, bin_fullness, seqs_per_bin
-                    chart data: lists of {label, low, high, count}
+                    chart data: lists of {label, low, high, count}; seqs_per_bin in
+                    even-width buckets up to stats.max_seqs_in_bin
     num_templates   distinct templates
     top_templates   the most common (`top`), most common first: list of {template, num_bins}
     prepare         the manifest's config, inputs (without the file list) and summary
@@ -45,9 +52,13 @@ Sweep:
     lengths         as above
     length_histogram  as above (power-of-two ranges)
     sample_size, seed  as above
-    max_seqs_per_bin  the per-bin sequence cap (null: none)
-    rows            one per max_seq_len, ascending:
+    max_seqs_per_bin  the per-bin sequence caps compared, ascending (null: no cap, last)
+    packer          the packer of every row, with its LP effort
+    left_out        as above, for a prepared directory (what it no longer holds); null for
+                    parquet inputs (each row counts the sequences over its max_seq_len)
+    rows            one per (max_seq_len, cap), by max_seq_len ascending, then cap:
       max_seq_len             the candidate
+      max_seqs_per_bin        the cap seqpack and both baselines packed under (null: none)
       num_over_cap            sequences longer than it (dropped from every packing below)
       num_tokens_over_cap     their tokens: lost if they are dropped
       share_over_cap          num_over_cap / all sequences
@@ -64,10 +75,15 @@ Sweep:
                               or sequential, costs the same), padded: their number *
                               max_seq_len**2 (no packing: one sequence per row, dense
                               attention over the padded row), packed_vs_padded: packed /
-                              padded (0.0 when none fits)}
+                              padded (0.0 when none fits), per_bin_mean: packed / seqpack's
+                              bins, per_bin_max: the largest sum of length**2 in one of
+                              its bins, per_bin_max_vs_dense: that over max_seq_len**2}
       seqpack                 `PackingStats.to_dict()` of seqpack's packing
+      uncapped_bins           seqpack's bins at this max_seq_len with no cap
+      bins_vs_uncapped        seqpack's bins / uncapped_bins - 1: what the cap costs
+      seqs_per_bin            seqpack's bins per number of sequences, as seqs_per_bin above
       lower_bound_by          as above
-      no_packing, sequential  the baselines, as above
+      no_packing, sequential  the baselines under the same cap, as above
       bins_saved_vs_sequential  fraction of sequential's bins seqpack saves
 
 Every count is an exact integer (Python ints: past 2**63 where the data is that large).
@@ -89,6 +105,7 @@ from seqpack_cli.progress import ProgressCallback
 
 if TYPE_CHECKING:
     from seqpack_cli.prepared import Prepared
+    from seqpack_cli.stats.left_out import LeftOut
     from seqpack_cli.stats.profile import PackingProfile
     from seqpack_cli.stats.sweep import SweepResult
 
@@ -106,11 +123,13 @@ JSON_SCHEMA: Mapping[str, tuple[str, ...]] = {
         "sample_size",
         "seed",
         "max_seq_len",
+        "max_seqs_per_bin",
         "stats",
         "lower_bound_by",
         "lengths",
         "no_packing",
         "sequential",
+        "left_out",
         "length_histogram",
         "bin_fullness",
         "seqs_per_bin",
@@ -128,10 +147,13 @@ JSON_SCHEMA: Mapping[str, tuple[str, ...]] = {
         "sample_size",
         "seed",
         "max_seqs_per_bin",
+        "packer",
+        "left_out",
         "rows",
     ),
     "sweep row": (
         "max_seq_len",
+        "max_seqs_per_bin",
         "num_over_cap",
         "num_tokens_over_cap",
         "share_over_cap",
@@ -141,6 +163,9 @@ JSON_SCHEMA: Mapping[str, tuple[str, ...]] = {
         "num_pieces_if_split",
         "attention",
         "seqpack",
+        "uncapped_bins",
+        "bins_vs_uncapped",
+        "seqs_per_bin",
         "lower_bound_by",
         "no_packing",
         "sequential",
@@ -153,6 +178,13 @@ _SEQ_LENS = option("max_seq_len", python="max_seq_lens")
 _COLUMN = option("length_column")
 
 
+def _caps_text(caps: Any) -> str:
+    """The caps as the user gave them: `3`, or `8,16` for several."""
+    if isinstance(caps, int | str):
+        return str(caps)
+    return ",".join(str(cap) for cap in caps)
+
+
 @dataclass(frozen=True)
 class StatsRequest:
     """What to describe, checked when built: a bad combination is a `ConfigError`.
@@ -160,8 +192,9 @@ class StatsRequest:
     `inputs`: one prepared directory, or parquet files, globs or directories. `max_seq_lens`: the
     context lengths to compare (empty: describe the prepared directory). `length_column`: the
     parquet column holding each sequence's length (parquet inputs only). `max_seqs_per_bin`:
-    the per-bin sequence cap of a sweep (a prepared directory's own cap is read from its
-    manifest). `verify`: check the sha256 of every prepared file. `top`: templates listed.
+    the per-bin sequence cap of a sweep, or several to compare (None: no cap; a prepared
+    directory's own cap is read from its manifest); kept as the tuple of caps compared.
+    `verify`: check the sha256 of every prepared file. `top`: templates listed.
     `sample_size`, `seed`: the sequential baseline's sample. `threads`, `memory_limit`,
     `temp_dir`: DuckDB's resources for parquet inputs.
 
@@ -172,7 +205,7 @@ class StatsRequest:
     inputs: Sequence[str | os.PathLike[str]]
     max_seq_lens: Sequence[int] = ()
     length_column: str | None = None
-    max_seqs_per_bin: int | None = None
+    max_seqs_per_bin: int | Sequence[int | None] | None = None
     verify: bool = False
     top: int = 10
     sample_size: int = DEFAULT_SAMPLE_SIZE
@@ -183,9 +216,10 @@ class StatsRequest:
     prepared_dir: str | None = field(init=False)
 
     def __post_init__(self) -> None:
-        from seqpack_cli.checks import check_max_seq_len, check_max_seqs_per_bin
+        from seqpack_cli.checks import check_max_seq_len
         from seqpack_cli.stats.baselines import check_sample_seed, check_sample_size
         from seqpack_cli.stats.profile import check_top
+        from seqpack_cli.stats.sweep import check_caps
 
         if isinstance(self.inputs, str | os.PathLike):
             object.__setattr__(self, "inputs", (self.inputs,))
@@ -205,12 +239,13 @@ class StatsRequest:
         object.__setattr__(self, "prepared_dir", self._prepared_source())
         self._check_combination()
         if self.is_sweep:
-            check_max_seqs_per_bin(self.max_seqs_per_bin)
+            object.__setattr__(self, "max_seqs_per_bin", check_caps(self.max_seqs_per_bin))
         elif self.max_seqs_per_bin is not None:
             # A prepared directory was packed with its own cap; ignoring this one silently would
             # show figures for a cap the user did not ask about.
             raise ConfigError(
-                f"{option('max_seqs_per_bin')} {self.max_seqs_per_bin!r} applies when comparing "
+                f"{option('max_seqs_per_bin')} {_caps_text(self.max_seqs_per_bin)} applies when "
+                "comparing "
                 f"{_SEQ_LENS} values; a prepared directory is described with the cap it was "
                 "prepared with (config.max_seqs_per_bin in its manifest): drop it, or give "
                 f"{_SEQ_LENS} N[,N...] to compare packings with this cap"
@@ -292,6 +327,15 @@ class StatsReport:
         """The mode: `prepared` (a directory described) or `sweep` (max_seq_len compared)."""
         return "prepared" if self.profile is not None else "sweep"
 
+    @property
+    def left_out(self) -> LeftOut | None:
+        """What prepare dropped or truncated (a prepared directory's manifest), else None."""
+        if self.manifest is None:
+            return None
+        from seqpack_cli.stats.left_out import left_out_of_summary
+
+        return left_out_of_summary(self.manifest.get("summary", {}))
+
     def to_dict(self) -> dict[str, Any]:
         """The `seqpack stats --json` document; keys in `JSON_SCHEMA`, meanings in this module's
         docstring."""
@@ -299,27 +343,35 @@ class StatsReport:
             from seqpack_cli.prepared.layout import inputs_overview  # numpy: loaded by now
 
             manifest = self.manifest or {}
-            return {
+            document = {
                 "kind": "prepared",
                 "path": self.inputs[0],
                 "verified": self.request.verify,
                 "sample_size": self.request.sample_size,
                 "seed": self.request.seed,
                 **self.profile.to_dict(),
+                "left_out": self._left_out_dict(),
                 "prepare": {
                     "config": manifest.get("config", {}),
                     "inputs": inputs_overview(manifest),
                     "summary": manifest.get("summary", {}),
                 },
             }
-        assert self.sweep is not None  # __post_init__: one of the two
-        return {
-            "kind": "sweep",
-            "source": self.source,
-            "inputs": list(self.inputs),
-            "length_column": self.request.length_column if self.source == "parquet" else None,
-            **self.sweep.to_dict(),
-        }
+        else:
+            assert self.sweep is not None  # __post_init__: one of the two
+            document = {
+                "kind": "sweep",
+                "source": self.source,
+                "inputs": list(self.inputs),
+                "length_column": self.request.length_column if self.source == "parquet" else None,
+                **self.sweep.to_dict(),
+                "left_out": self._left_out_dict(),
+            }
+        return {key: document[key] for key in JSON_SCHEMA[self.kind]}
+
+    def _left_out_dict(self) -> dict[str, Any] | None:
+        left_out = self.left_out
+        return None if left_out is None else left_out.to_dict()
 
     def to_json(self) -> str:
         """`to_dict()` as `seqpack stats --json` prints it."""

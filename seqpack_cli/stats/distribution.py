@@ -36,6 +36,7 @@ __all__ = [
     "linear_edges",
     "power_of_two_edges",
     "require_sequences",
+    "seqs_per_bin_buckets",
     "summarize_lengths",
 ]
 
@@ -178,6 +179,38 @@ def bucket_lengths(length_counts: Mapping[int, int], upper_edges: Sequence[int])
     if beyond.any():
         high = int(lengths[-1])
         buckets.append(Bucket(f"{low:,}–{high:,}", low, high, int(counts[beyond].sum())))
+    return buckets
+
+
+def _round_width(at_least: float) -> int:
+    """The smallest of 1, 2, 5, 10, 20, 50, ... at or above `at_least`: round bucket edges."""
+    scale = 1
+    while True:
+        for step in (1, 2, 5):
+            if step * scale >= at_least:
+                return step * scale
+        scale *= 10
+
+
+def seqs_per_bin_buckets(
+    sizes: np.ndarray, weights: np.ndarray, max_buckets: int = 16
+) -> list[Bucket]:
+    """Bins per number of sequences they hold, in even-width buckets from 1 to the largest.
+
+    `sizes[i]` sequences are in each of `weights[i]` bins. The width is the smallest of 1, 2,
+    5, 10, 20, ... that needs at most `max_buckets` buckets, so the edges are round numbers
+    (1–5, 6–10, ...); the last bucket ends at the largest size, which its label shows.
+    """
+    if sizes.size == 0:
+        return []
+    largest = int(sizes.max())
+    width = _round_width(largest / max_buckets)
+    buckets: list[Bucket] = []
+    for low in range(1, largest + 1, width):
+        high = min(low + width - 1, largest)
+        mask = (sizes >= low) & (sizes <= high)
+        label = f"{low:,}" if low == high else f"{low:,}–{high:,}"
+        buckets.append(Bucket(label, low, high, int(weights[mask].sum())))
     return buckets
 
 

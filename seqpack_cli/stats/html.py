@@ -17,28 +17,27 @@ from pathlib import Path
 from seqpack_cli.errors import ConfigError
 from seqpack_cli.stats.baselines import (
     NO_PACKING_DESCRIPTION,
-    SEQUENTIAL_DESCRIPTION,
     BaselineStats,
+    sequential_description,
 )
 from seqpack_cli.stats.profile import PackingProfile
 from seqpack_cli.stats.report import (
+    BINS_SAVED,
+    cap_text,
     efficiency_style,
     format_efficiency,
     format_percent,
+    one_per_max_seq_len,
     profile_figures,
     template_cells,
 )
 from seqpack_cli.stats.svg import axis_top, bar_chart, grouped_chart
-from seqpack_cli.stats.sweep import SweepResult
+from seqpack_cli.stats.sweep import SweepResult, SweepRow
 
 __all__ = ["render_profile_html", "render_sweep_html", "write_html_report"]
 
 _SERIES = (("seqpack", "#1f6feb"), ("sequential", "#8c959f"), ("no packing", "#d0d7de"))
-_COST_SERIES = (
-    ("sequences over the cap", "#8c959f"),
-    ("tokens lost if dropped", "#c62828"),
-    ("tokens cut if truncated", "#f0883e"),
-)
+_COST_SERIES = (("tokens lost if dropped", "#c62828"), ("tokens cut if truncated", "#f0883e"))
 
 _CSS = """
 body { font: 14px/1.45 system-ui, sans-serif; margin: 2em auto; max-width: 1000px; color: #1f2328;
@@ -48,8 +47,7 @@ table { border-collapse: collapse; margin: .5em 0; }
 th, td { padding: .25em .8em; text-align: right; border-bottom: 1px solid #d0d7de; }
 th { background: #f6f8fa; } td.l, th.l { text-align: left; }
 .note { color: #57606a; font-size: .9em; max-width: 60em; }
-.green { color: #2e7d32; font-weight: 600; } .yellow { color: #b7791f; font-weight: 600; }
-.red { color: #c62828; font-weight: 600; }
+td.eff { font-weight: 600; }
 .wide { overflow-x: auto; }
 svg { max-width: 100%; height: auto; }
 svg text { font: 12px system-ui, sans-serif; fill: #1f2328; }
@@ -61,7 +59,9 @@ def _e(value: object) -> str:
 
 
 def _efficiency_cell(fraction: float) -> str:
-    return f'<td class="{efficiency_style(fraction)}">{_e(format_efficiency(fraction))}</td>'
+    # the colour is continuous in the efficiency (`efficiency_style`), hence inline
+    colour = efficiency_style(fraction)
+    return f'<td class="eff" style="color:{colour}">{_e(format_efficiency(fraction))}</td>'
 
 
 def _table(headers: Sequence[str], rows: Sequence[Sequence[str]], *, left: int = 1) -> str:
@@ -79,31 +79,50 @@ def _td(value: object, *, left: bool = False) -> str:
     return f'<td class="l">{_e(value)}</td>' if left else f"<td>{_e(value)}</td>"
 
 
-def _svg_efficiency(rows: Sequence[tuple[int, float, float, float]]) -> str:
-    """Grouped vertical bars: seqpack / sequential / no packing efficiency per max_seq_len."""
-    groups = [(f"{max_seq_len:,}", values) for max_seq_len, *values in rows]
-    return grouped_chart("Efficiency per max_seq_len", groups, _SERIES, format_efficiency)
+def _row_label(row: SweepRow, capped: bool) -> str:
+    """A sweep row's name on a chart axis: `4,096`, or `4,096, cap 8` where caps are compared."""
+    name = f"{row.max_seq_len:,}"
+    return f"{name}, cap {cap_text(row.max_seqs_per_bin)}" if capped else name
 
 
-def _svg_cap_costs(result: SweepResult) -> str:
-    """Grouped bars per max_seq_len: the shares of sequences over it and of tokens it costs."""
+def _svg_efficiency(result: SweepResult) -> str:
+    """Grouped vertical bars: seqpack / sequential / no packing efficiency per row."""
+    capped = result.is_capped
     groups = [
         (
-            f"{row.max_seq_len:,}",
-            (
-                row.cost.share_over_cap,
-                row.cost.share_tokens_over_cap,
-                row.cost.share_tokens_truncated,
-            ),
+            _row_label(row, capped),
+            (row.packed.efficiency, row.sequential.efficiency, row.no_packing.efficiency),
         )
         for row in result.rows
     ]
+    return grouped_chart(
+        "Efficiency per max_seq_len" + (" and cap" if capped else ""),
+        groups,
+        _SERIES,
+        format_efficiency,
+        x_label="max_seq_len" + (", cap (max sequences per bin)" if capped else ""),
+        y_label="efficiency (tokens / capacity)",
+    )
+
+
+def _svg_cap_costs(result: SweepResult) -> str:
+    """Grouped bars per max_seq_len: the shares of all tokens it costs (one unit: tokens; the
+    share of sequences over it is in the table above)."""
+    groups = [
+        (
+            f"{row.max_seq_len:,}",
+            (row.cost.share_tokens_over_cap, row.cost.share_tokens_truncated),
+        )
+        for row in one_per_max_seq_len(result)
+    ]
     largest = max(value for _, values in groups for value in values)
     return grouped_chart(
-        "Sequences over each max_seq_len, and the share of tokens that costs",
+        "Tokens each max_seq_len costs, as a share of all tokens",
         groups,
         _COST_SERIES,
         lambda value: format_percent(value, 2),
+        x_label="max_seq_len",
+        y_label="share of all tokens",
         top=axis_top(largest),
     )
 
@@ -118,11 +137,14 @@ def _page(title: str, body: Sequence[str]) -> str:
     )
 
 
-def _baselines_note(sample_size: int) -> str:
+def _baselines_note(
+    sample_size: int, max_seqs_per_bin: int | None, *, several_caps: bool = False
+) -> str:
+    sequential = sequential_description(sample_size, max_seqs_per_bin, several_caps=several_caps)
     return (
-        '<p class="note">Baselines, on the same sequences seqpack packs: '
-        f"{_e(NO_PACKING_DESCRIPTION)}; "
-        f"{_e(SEQUENTIAL_DESCRIPTION.format(sample_size=sample_size))}.</p>"
+        '<p class="note">Baselines, on the same sequences seqpack packs, under the same cap: '
+        f"{_e(NO_PACKING_DESCRIPTION)}; {_e(sequential)}. {BINS_SAVED}: the share of that "
+        "method's bins (so of its compute) seqpack does without.</p>"
     )
 
 
@@ -177,16 +199,33 @@ def render_profile_html(
         ),
         "<h2>Against packing without seqpack</h2>",
         _table(
-            ["method", "bins", "efficiency", "padding tokens", "seqs/bin", "seqpack saves"],
+            ["method", "bins", "efficiency", "padding tokens", "seqs/bin", BINS_SAVED],
             comparison,
         ),
-        _baselines_note(sample_size),
+        _baselines_note(sample_size, profile.max_seqs_per_bin),
         "<h2>Sequence lengths</h2>",
-        bar_chart(profile.length_buckets, "sequences", "Sequences per length range"),
+        bar_chart(
+            profile.length_buckets,
+            "sequences",
+            "Sequences per length range",
+            label_axis="length (tokens)",
+        ),
         "<h2>Bin fullness</h2>",
-        bar_chart(profile.fullness_buckets, "bins", "Bins per fullness range"),
+        bar_chart(
+            profile.fullness_buckets,
+            "bins",
+            "Bins per fullness range",
+            label_axis="filled (of max_seq_len)",
+        ),
         "<h2>Sequences per bin</h2>",
-        bar_chart(profile.seqs_per_bin_buckets, "bins", "Bins per number of sequences"),
+        f"<p>At most {profile.stats.max_seqs_in_bin:,} in a bin (cap: "
+        f"{_e(cap_text(profile.max_seqs_per_bin))}).</p>",
+        bar_chart(
+            profile.seqs_per_bin_buckets,
+            "bins",
+            "Bins per number of sequences they hold",
+            label_axis="sequences in the bin",
+        ),
         f"<h2>Most common templates (top {len(profile.top_templates)} of "
         f"{profile.num_templates:,})</h2>",
         _table(["bins", "share", "fill", "template (lengths)"], templates, left=0),
@@ -200,7 +239,7 @@ def _count_and_share(count: int, share: float, digits: int = 1) -> str:
 
 def _cap_cost_rows(result: SweepResult) -> list[list[str]]:
     rows = []
-    for row in result.rows:
+    for row in one_per_max_seq_len(result):
         cost = row.cost
         rows.append(
             [
@@ -224,14 +263,16 @@ _CAP_COST_NOTE = (
 )
 
 
-def render_sweep_html(result: SweepResult, *, title: str) -> str:
-    """The HTML report of a `max_seq_len` sweep."""
-    lengths = result.lengths
+def _packing_rows(result: SweepResult) -> list[list[str]]:
+    capped = result.is_capped
     rows = []
     for row in result.rows:
+        key = [_td(f"{row.max_seq_len:,}", left=True)]
+        if capped:
+            key.append(_td(cap_text(row.max_seqs_per_bin), left=True))
         rows.append(
             [
-                _td(f"{row.max_seq_len:,}", left=True),
+                *key,
                 _td(f"{row.packed.num_bins:,}"),
                 _efficiency_cell(row.packed.efficiency),
                 _td(f"{row.packed.avg_seqs_per_bin:.2f}"),
@@ -242,12 +283,79 @@ def render_sweep_html(result: SweepResult, *, title: str) -> str:
                 _td(format_percent(row.bins_saved_vs_sequential)),
             ]
         )
+    return rows
+
+
+def _cap_section(result: SweepResult) -> list[str]:
+    """Per (max_seq_len, cap): bins against no cap, efficiency, sequences per bin (the largest
+    and a chart of their spread) and attention per bin: what choosing a cap trades."""
+    rows = []
+    for row in result.rows:
+        square = row.max_seq_len * row.max_seq_len
+        rows.append(
+            [
+                _td(f"{row.max_seq_len:,}", left=True),
+                _td(cap_text(row.max_seqs_per_bin), left=True),
+                _td(f"{row.packed.num_bins:,}"),
+                _td(f"{row.bins_vs_uncapped:+.2%}"),
+                _efficiency_cell(row.packed.efficiency),
+                _td(f"{row.packed.max_seqs_in_bin:,}"),
+                _td(format_percent(row.attention_per_bin / square)),
+                _td(format_percent(row.attention_max_bin / square)),
+            ]
+        )
+    charts = [
+        bar_chart(
+            row.seqs_per_bin,
+            "bins",
+            f"Bins per number of sequences at max_seq_len {row.max_seq_len:,}, cap "
+            f"{cap_text(row.max_seqs_per_bin)}",
+            label_axis="sequences in the bin",
+        )
+        for row in result.rows
+    ]
+    return [
+        "<h2>Per cap (max sequences per bin): bins, sequences and attention per bin</h2>",
+        _table(
+            [
+                "max_seq_len",
+                "cap",
+                "seqpack bins",
+                "bins vs no cap",
+                "efficiency",
+                "max seqs in a bin",
+                "attention per bin, mean (of max_seq_len²)",
+                "attention per bin, max (of max_seq_len²)",
+            ],
+            rows,
+            left=2,
+        ),
+        '<p class="note">Bins vs no cap: seqpack\'s bins over its bins with no cap at the same '
+        "max_seq_len. Attention per bin: the sum of length² over the bin's sequences (what a "
+        "varlen kernel computes), over max_seq_len² (a dense row); the total is the same at "
+        "every cap, so a lower cap spreads it over more bins.</p>",
+        *charts,
+    ]
+
+
+def render_sweep_html(result: SweepResult, *, title: str, left_out: str = "") -> str:
+    """The HTML report of a `max_seq_len` sweep (`left_out`: a paragraph on what prepare left
+    out, for a prepared directory's lengths)."""
+    lengths = result.lengths
+    capped = result.is_capped
+    caps = ", ".join(cap_text(cap) for cap in result.max_seqs_per_bin)
     body = [
         f"<h1>{_e(title)}</h1>",
         f"<p>{lengths.num_sequences:,} sequences, {lengths.num_tokens:,} tokens; length min "
         f"{lengths.min_length:,}, p50 {lengths.p50_length:,}, p90 {lengths.p90_length:,}, "
         f"p99 {lengths.p99_length:,}, max {lengths.max_length:,}, "
         f"mean {lengths.mean_length:,.1f}.</p>",
+        *(
+            [f"<p>Cap (max sequences per bin): {_e(caps)}, for seqpack and both baselines.</p>"]
+            if capped
+            else []
+        ),
+        left_out,
         "<h2>What each max_seq_len costs (sequences longer than it)</h2>",
         _table(
             [
@@ -261,10 +369,13 @@ def render_sweep_html(result: SweepResult, *, title: str) -> str:
         ),
         _CAP_COST_NOTE,
         _svg_cap_costs(result),
-        "<h2>Per max_seq_len: the sequences that fit, packed</h2>",
+        "<h2>Per max_seq_len"
+        + (" and cap" if capped else "")
+        + ": the sequences that fit, packed</h2>",
         _table(
             [
                 "max_seq_len",
+                *(["cap"] if capped else []),
                 "seqpack bins",
                 "seqpack efficiency",
                 "seqs/bin",
@@ -272,30 +383,31 @@ def render_sweep_html(result: SweepResult, *, title: str) -> str:
                 "sequential bins",
                 "sequential efficiency",
                 "no packing efficiency",
-                "rows saved vs sequential",
+                f"{BINS_SAVED} vs sequential",
             ],
-            rows,
+            _packing_rows(result),
+            left=2 if capped else 1,
         ),
-        _baselines_note(result.sample_size)
+        _baselines_note(
+            result.sample_size,
+            result.max_seqs_per_bin[0],
+            several_caps=len(result.max_seqs_per_bin) > 1,
+        )
         + (
             '<p class="note">* estimated on a sample.</p>'
             if any(row.sequential.estimated for row in result.rows)
             else ""
         ),
+        *(_cap_section(result) if capped else []),
         "<h2>Efficiency (tokens / capacity)</h2>",
-        _svg_efficiency(
-            [
-                (
-                    row.max_seq_len,
-                    row.packed.efficiency,
-                    row.sequential.efficiency,
-                    row.no_packing.efficiency,
-                )
-                for row in result.rows
-            ]
-        ),
+        _svg_efficiency(result),
         "<h2>Sequence lengths</h2>",
-        bar_chart(result.length_buckets, "sequences", "Sequences per length range"),
+        bar_chart(
+            result.length_buckets,
+            "sequences",
+            "Sequences per length range",
+            label_axis="length (tokens)",
+        ),
     ]
     return _page(title, body)
 

@@ -17,7 +17,7 @@ from typing import Any
 
 import numpy as np
 
-from seqpack_cli.checks import check_int, check_max_seq_len
+from seqpack_cli.checks import check_int, check_max_seq_len, check_max_seqs_per_bin
 from seqpack_cli.errors import option
 from seqpack_cli.packing.bounds import LowerBound
 from seqpack_cli.packing.efficiency import PackingStats
@@ -35,6 +35,7 @@ from seqpack_cli.stats.distribution import (
     LengthSummary,
     bucket_lengths,
     linear_edges,
+    seqs_per_bin_buckets,
     summarize_lengths,
 )
 from seqpack_cli.templates import packed_lengths
@@ -58,13 +59,15 @@ class PackingProfile:
     sequential: BaselineStats
     length_buckets: list[Bucket]  # sequences per length range
     fullness_buckets: list[Bucket]  # bins per fullness range (fraction of max_seq_len)
-    seqs_per_bin_buckets: list[Bucket]  # bins per number of sequences they hold
+    seqs_per_bin_buckets: list[Bucket]  # bins per number of sequences, even-width buckets
     top_templates: list[tuple[BinTemplate, int]]  # most common first, ties by template
     num_templates: int
+    max_seqs_per_bin: int | None = None  # the cap it was packed with; the baselines obey it
 
     def to_dict(self) -> dict[str, Any]:
         return {
             "max_seq_len": self.max_seq_len,
+            "max_seqs_per_bin": self.max_seqs_per_bin,
             "stats": self.stats.to_dict(),
             "lower_bound_by": self.lower_bound.to_dict(),
             "lengths": self.lengths.to_dict(),
@@ -123,24 +126,6 @@ def _fullness_buckets(sums: np.ndarray, weights: np.ndarray, max_seq_len: int) -
     return buckets
 
 
-def _seqs_per_bin_buckets(sizes: np.ndarray, weights: np.ndarray) -> list[Bucket]:
-    """Bins per number of sequences: one row each for 1..8, then power-of-two ranges."""
-    if sizes.size == 0:
-        return []
-    largest = int(sizes.max())
-    ranges = [(k, k) for k in range(1, min(largest, 8) + 1)]
-    low = 9
-    while low <= largest:
-        ranges.append((low, min(2 * (low - 1), largest)))
-        low = 2 * (low - 1) + 1
-    buckets: list[Bucket] = []
-    for low, high in ranges:
-        mask = (sizes >= low) & (sizes <= high)
-        label = str(low) if low == high else f"{low}–{high}"
-        buckets.append(Bucket(label, low, high, int(weights[mask].sum())))
-    return buckets
-
-
 def _packing_bound(
     templates: Any,
     pairs: list[tuple[BinTemplate, int]],
@@ -175,9 +160,11 @@ def profile_packing(
     """Describe an existing packing (e.g. a prepared directory): figures, baselines, chart data.
 
     `max_seqs_per_bin`: the cap the packing was made with (a prepared directory's
-    `config.max_seqs_per_bin`); it counts in the lower bound.
+    `config.max_seqs_per_bin`); it counts in the lower bound, and the sequential baseline obeys
+    it too.
     """
     max_seq_len = check_max_seq_len(max_seq_len)
+    max_seqs_per_bin = check_max_seqs_per_bin(max_seqs_per_bin)
     top = check_top(top)
     pairs, sums, sizes, multiplicities = _template_arrays(templates)
     stats = PackingStats.from_templates(dict(pairs), max_seq_len, max_seqs_per_bin=max_seqs_per_bin)
@@ -189,13 +176,18 @@ def profile_packing(
         stats=stats,
         lower_bound=bound,
         lengths=summarize_lengths(length_counts),
-        no_packing=no_packing_stats(length_counts, max_seq_len),
+        no_packing=no_packing_stats(length_counts, max_seq_len, max_seqs_per_bin),
         sequential=estimate_sequential_packing(
-            length_counts, max_seq_len, sample_size=sample_size, seed=seed
+            length_counts,
+            max_seq_len,
+            sample_size=sample_size,
+            seed=seed,
+            max_seqs_per_bin=max_seqs_per_bin,
         ),
         length_buckets=bucket_lengths(length_counts, linear_edges(max_seq_len)),
         fullness_buckets=_fullness_buckets(sums, multiplicities, max_seq_len),
-        seqs_per_bin_buckets=_seqs_per_bin_buckets(sizes, multiplicities),
+        seqs_per_bin_buckets=seqs_per_bin_buckets(sizes, multiplicities),
         top_templates=_ranked(pairs)[:top],
         num_templates=len(pairs),
+        max_seqs_per_bin=max_seqs_per_bin,
     )

@@ -9,6 +9,7 @@ directory's details from the manifest, and hands them to `seqpack_cli.stats.repo
 
 from __future__ import annotations
 
+import html
 from collections.abc import Mapping
 from typing import Any
 
@@ -16,9 +17,16 @@ from rich.console import Console
 
 from seqpack_cli.stats.describe import StatsReport
 from seqpack_cli.stats.html import render_profile_html, render_sweep_html
-from seqpack_cli.stats.report import render_profile, render_sweep
+from seqpack_cli.stats.left_out import LeftOut
+from seqpack_cli.stats.report import format_percent, plural, render_profile, render_sweep
 
-__all__ = ["prepared_details", "render_report", "render_report_html", "report_title"]
+__all__ = [
+    "left_out_rows",
+    "prepared_details",
+    "render_report",
+    "render_report_html",
+    "report_title",
+]
 
 
 def report_title(report: StatsReport) -> str:
@@ -34,16 +42,52 @@ def report_title(report: StatsReport) -> str:
     )
 
 
+def left_out_rows(left_out: LeftOut) -> list[tuple[str, str]]:
+    """What prepare dropped and truncated, as (name, value) rows: sequences and tokens, each
+    with its share of the inputs'."""
+
+    def what(sequences: int, share: float, tokens: int, token_share: float, verb: str) -> str:
+        return (
+            f"{plural(sequences, 'sequence')} ({format_percent(share, 2)}) over max_seq_len; "
+            f"{plural(tokens, 'token')} {verb} ({format_percent(token_share, 2)} of the inputs')"
+        )
+
+    return [
+        (
+            "dropped by prepare",
+            what(
+                left_out.num_dropped,
+                left_out.share_dropped,
+                left_out.num_tokens_dropped,
+                left_out.share_tokens_dropped,
+                "lost",
+            ),
+        ),
+        (
+            "truncated by prepare",
+            what(
+                left_out.num_truncated,
+                left_out.share_truncated,
+                left_out.num_tokens_truncated,
+                left_out.share_tokens_truncated,
+                "cut",
+            ),
+        ),
+    ]
+
+
 def prepared_details(manifest: Mapping[str, Any], *, verified: bool) -> list[tuple[str, str]]:
     """What the manifest says about how a prepared directory was made, as (name, value) rows."""
+    from seqpack_cli.stats.left_out import left_out_of_summary
+
     config = manifest.get("config", {})
     inputs = manifest.get("inputs", {})
-    summary = manifest.get("summary", {})
+    num_files, num_rows = inputs.get("num_files", 0), inputs.get("num_rows", 0)
     return [
-        ("inputs", f"{inputs.get('num_files', 0):,} files, {inputs.get('num_rows', 0):,} rows"),
+        ("inputs", f"{plural(num_files, 'file')}, {plural(num_rows, 'row')}"),
         ("length column", str(config.get("length_column"))),
         ("packer", str(config.get("packer"))),
-        ("dropped by prepare", f"{summary.get('num_dropped', 0):,} sequences over max_seq_len"),
+        *left_out_rows(left_out_of_summary(manifest.get("summary", {}))),
         ("checked", "sha256 of every file" if verified else "file sizes (--verify: sha256)"),
     ]
 
@@ -62,7 +106,13 @@ def render_report(console: Console, report: StatsReport) -> None:
         render_profile(console, report.profile, **_profile_options(report))
     else:
         assert report.sweep is not None  # a StatsReport holds one of the two
-        render_sweep(console, report.sweep, title=report_title(report))
+        left_out = report.left_out
+        render_sweep(
+            console,
+            report.sweep,
+            title=report_title(report),
+            details=left_out_rows(left_out) if left_out is not None else (),
+        )
 
 
 def render_report_html(report: StatsReport) -> str:
@@ -71,4 +121,13 @@ def render_report_html(report: StatsReport) -> str:
     if report.profile is not None:
         return render_profile_html(report.profile, **_profile_options(report))
     assert report.sweep is not None  # a StatsReport holds one of the two
-    return render_sweep_html(report.sweep, title=report_title(report))
+    left_out = report.left_out
+    paragraph = (
+        ""
+        if left_out is None
+        else "".join(
+            f"<p>{html.escape(name)}: {html.escape(value)}.</p>"
+            for name, value in left_out_rows(left_out)
+        )
+    )
+    return render_sweep_html(report.sweep, title=report_title(report), left_out=paragraph)

@@ -11,6 +11,7 @@ same; `seqpack_cli.stats.render` picks the drawing for a `StatsReport`.
 
 from __future__ import annotations
 
+import itertools
 import math
 from collections.abc import Sequence
 
@@ -21,20 +22,24 @@ from rich.text import Text
 from seqpack_cli.packing.efficiency import PackingStats
 from seqpack_cli.stats.baselines import (
     NO_PACKING_DESCRIPTION,
-    SEQUENTIAL_DESCRIPTION,
     BaselineStats,
+    sequential_description,
 )
 from seqpack_cli.stats.distribution import Bucket
 from seqpack_cli.stats.profile import PackingProfile
-from seqpack_cli.stats.sweep import SweepResult
+from seqpack_cli.stats.sweep import SweepResult, SweepRow
 
 __all__ = [
+    "BINS_SAVED",
     "bound_name",
+    "cap_text",
     "efficiency_style",
     "format_efficiency",
     "format_padding",
     "format_percent",
     "format_template",
+    "one_per_max_seq_len",
+    "plural",
     "profile_figures",
     "render_profile",
     "render_sweep",
@@ -44,6 +49,21 @@ __all__ = [
 
 _BAR_WIDTH = 32
 _EIGHTHS = " ▏▎▍▌▋▊▉█"  # partial blocks: a bar's length resolves to 1/8 of a character
+_SPARKS = "▁▂▃▄▅▆▇█"
+
+BINS_SAVED = "bins saved"
+"""The one name, in every report, of the share of a baseline's bins seqpack does without."""
+
+
+def plural(count: int, noun: str, plural_form: str | None = None) -> str:
+    """`1 bin`, `2 bins`, `1,000 sequences`: the count with its noun in the right number."""
+    word = noun if count == 1 else plural_form or f"{noun}s"
+    return f"{count:,} {word}"
+
+
+def cap_text(max_seqs_per_bin: int | None) -> str:
+    """A per-bin sequence cap for a person: `16` or `none`."""
+    return "none" if max_seqs_per_bin is None else f"{max_seqs_per_bin:,}"
 
 
 def format_percent(fraction: float, digits: int = 1, *, rounding: str = "nearest") -> str:
@@ -82,13 +102,44 @@ def format_template(template: Sequence[int], max_parts: int = 8) -> str:
     return " + ".join(parts)
 
 
+# The colour scale of an efficiency: (efficiency, RGB) stops, linearly blended in between, so
+# two close efficiencies always get close colours (thresholds made 84.84% red and 85.17%
+# yellow). Red up to 50%, through amber at 85%, to green from 95%.
+_EFFICIENCY_COLOURS: tuple[tuple[float, tuple[int, int, int]], ...] = (
+    (0.50, (0xC6, 0x28, 0x28)),
+    (0.85, (0xB7, 0x79, 0x1F)),
+    (0.95, (0x2E, 0x7D, 0x32)),
+)
+
+
 def efficiency_style(fraction: float) -> str:
-    """Colour by how good an efficiency is: green from 95%, yellow from 85%, red below."""
-    if fraction >= 0.95:
-        return "green"
-    if fraction >= 0.85:
-        return "yellow"
-    return "red"
+    """The colour (`#rrggbb`, for rich and CSS alike) of an efficiency on a continuous scale:
+    red to 50%, amber at 85%, green from 95%, blended in between."""
+    stops = _EFFICIENCY_COLOURS
+    if fraction <= stops[0][0]:
+        rgb = stops[0][1]
+    elif fraction >= stops[-1][0]:
+        rgb = stops[-1][1]
+    else:
+        (low, low_rgb), (high, high_rgb) = next(
+            (a, b) for a, b in itertools.pairwise(stops) if fraction <= b[0]
+        )
+        weight = (fraction - low) / (high - low)
+        rgb = tuple(round(a + (b - a) * weight) for a, b in zip(low_rgb, high_rgb, strict=True))  # type: ignore[assignment]
+    return "#{:02x}{:02x}{:02x}".format(*rgb)
+
+
+def spark_line(buckets: Sequence[Bucket]) -> str:
+    """One character per bucket, its height the bucket's count over the largest (an empty
+    bucket shows as a space): a distribution in a table cell."""
+    largest = max((bucket.count for bucket in buckets), default=0)
+    if not largest:
+        return ""
+    top = len(_SPARKS) - 1
+    return "".join(
+        _SPARKS[min(top, int(bucket.count / largest * top + 0.5))] if bucket.count else " "
+        for bucket in buckets
+    )
 
 
 def text_bar(fraction: float, width: int = _BAR_WIDTH) -> str:
@@ -146,6 +197,11 @@ def profile_figures(profile: PackingProfile, *, separator: str) -> dict[str, str
             )
         ),
         "max seqs in a bin": f"{stats.max_seqs_in_bin:,}",
+        "cap (max seqs per bin)": (
+            "none"
+            if profile.max_seqs_per_bin is None
+            else f"{profile.max_seqs_per_bin:,}, for seqpack and both baselines"
+        ),
         "templates": f"{profile.num_templates:,} distinct",
     }
 
@@ -175,7 +231,7 @@ def _comparison_table(stats: PackingStats, baselines: Sequence[BaselineStats]) -
     table.add_column("bins", justify="right", overflow="fold")
     table.add_column("efficiency", justify="right", overflow="fold")
     table.add_column("seqs/bin", justify="right", overflow="fold")
-    table.add_column("seqpack saves", justify="right", overflow="fold")
+    table.add_column(BINS_SAVED, justify="right", overflow="fold")
     table.add_row(
         "seqpack", f"{packed_bins:,}", _efficiency(packed_eff), f"{packed_seqs_per_bin:.2f}", ""
     )
@@ -187,7 +243,7 @@ def _comparison_table(stats: PackingStats, baselines: Sequence[BaselineStats]) -
             f"{baseline.num_bins:,}",
             _efficiency(baseline.efficiency),
             f"{baseline.avg_seqs_per_bin:.2f}",
-            f"{format_percent(saved)} of rows",
+            format_percent(saved),
         )
     return table
 
@@ -198,11 +254,16 @@ def _baseline_name(baseline: BaselineStats) -> str:
     return "sequential (est.)" if baseline.estimated else "sequential"
 
 
-def _footnotes(sample_size: int) -> Text:
+def _footnotes(
+    sample_size: int, max_seqs_per_bin: int | None = None, *, several_caps: bool = False
+) -> Text:
+    sequential = sequential_description(sample_size, max_seqs_per_bin, several_caps=several_caps)
     return Text.assemble(
         ("Baselines on the same sequences: ", "dim"),
         (NO_PACKING_DESCRIPTION + "; ", "dim"),
-        (SEQUENTIAL_DESCRIPTION.format(sample_size=sample_size) + ".", "dim"),
+        (sequential + ". ", "dim"),
+        (f"{BINS_SAVED}: the share of that method's bins (so of its compute) seqpack does ", "dim"),
+        ("without.", "dim"),
     )
 
 
@@ -255,7 +316,7 @@ def render_profile(
         Text(),
         templates,
         Text(),
-        _footnotes(sample_size),
+        _footnotes(sample_size, profile.max_seqs_per_bin),
     ]
     console.print(Group(*parts))
 
@@ -263,6 +324,17 @@ def render_profile(
 def _count_and_share(count: int, share: float, digits: int = 1) -> Text:
     """A count over its share of the total (dim), as two lines: narrow enough for 80 columns."""
     return Text.assemble(f"{count:,}\n", (format_percent(share, digits), "dim"))
+
+
+def one_per_max_seq_len(result: SweepResult) -> list[SweepRow]:
+    """The first row of each max_seq_len: what a max_seq_len costs is the same at every cap."""
+    seen: set[int] = set()
+    rows = []
+    for row in result.rows:
+        if row.max_seq_len not in seen:
+            seen.add(row.max_seq_len)
+            rows.append(row)
+    return rows
 
 
 def _cap_cost_table(result: SweepResult) -> Table:
@@ -282,7 +354,7 @@ def _cap_cost_table(result: SweepResult) -> Table:
         "attention\nvs padded",
     ):
         table.add_column(header, justify="right", overflow="fold")
-    for row in result.rows:
+    for row in one_per_max_seq_len(result):
         cost = row.cost
         table.add_row(
             Text(f"{row.max_seq_len:,}", style="bold"),
@@ -294,24 +366,44 @@ def _cap_cost_table(result: SweepResult) -> Table:
     return table
 
 
+def _row_key(row: SweepRow, capped: bool) -> list[str]:
+    """The cells that name a sweep row: its max_seq_len, and its cap where caps are compared."""
+    return (
+        [f"{row.max_seq_len:,}", cap_text(row.max_seqs_per_bin)]
+        if capped
+        else [f"{row.max_seq_len:,}"]
+    )
+
+
+def _key_columns(table: Table, capped: bool) -> None:
+    table.add_column("max_seq_len", justify="right", style="bold", overflow="fold")
+    if capped:
+        table.add_column("cap", justify="right", style="bold", overflow="fold")
+
+
 def _packing_table(result: SweepResult) -> Table:
-    """Per max_seq_len, the sequences that fit packed three ways: seqpack and both baselines."""
+    """Per max_seq_len (and cap), the sequences that fit packed three ways, under the same cap:
+    seqpack and both baselines."""
+    capped = result.is_capped
     table = Table(
-        title="Per max_seq_len: the sequences that fit, packed three ways",
+        title="Per max_seq_len"
+        + (" and cap (seqpack and both baselines obey it)" if capped else "")
+        + ": the sequences that fit, packed three ways",
         title_justify="left",
         box=None,
         pad_edge=False,
     )
-    table.add_column("max_seq_len", justify="right", style="bold", overflow="fold")
+    _key_columns(table, capped)
     table.add_column("method", overflow="fold")
-    for header in ("bins", "seqs/bin", "efficiency", "seqpack saves"):
+    for header in ("bins", "seqs/bin", "efficiency", BINS_SAVED):
         table.add_column(header, justify="right", overflow="fold")
+    blank = [""] * (2 if capped else 1)
     for number, row in enumerate(result.rows):
         packed = row.packed
         if number:
-            table.add_row()  # a blank line between max_seq_len values
+            table.add_row()  # a blank line between rows of the sweep
         table.add_row(
-            f"{row.max_seq_len:,}",
+            *_row_key(row, capped),
             "seqpack",
             f"{packed.num_bins:,}",
             f"{packed.avg_seqs_per_bin:.2f}",
@@ -321,17 +413,65 @@ def _packing_table(result: SweepResult) -> Table:
         for baseline in (row.sequential, row.no_packing):
             saved = 1.0 - packed.num_bins / baseline.num_bins if baseline.num_bins else 0.0
             table.add_row(
-                "",
+                *blank,
                 "sequential" if baseline.method != "no_packing" else "no packing",
                 f"{baseline.num_bins:,}" + ("*" if baseline.estimated else ""),
                 f"{baseline.avg_seqs_per_bin:.2f}",
                 _efficiency(baseline.efficiency),
-                f"{format_percent(saved)} of bins",
+                format_percent(saved),
             )
     return table
 
 
+def _cap_table(result: SweepResult) -> Table:
+    """Per max_seq_len and cap: what the cap costs in bins, and what it buys in sequences and
+    attention per bin."""
+    table = Table(
+        title="Per cap (max sequences per bin): seqpack's bins and attention per bin",
+        title_justify="left",
+        box=None,
+        pad_edge=False,
+        leading=1,
+    )
+    _key_columns(table, True)
+    for header in (
+        "bins\nvs no cap",
+        "efficiency",
+        "seqs per bin\nmax, spread",
+        "attention per\nbin, of L²",
+    ):
+        table.add_column(header, justify="right", overflow="fold")
+    for row in result.rows:
+        table.add_row(
+            *_row_key(row, True),
+            Text.assemble(f"{row.packed.num_bins:,}\n", (f"{row.bins_vs_uncapped:+.2%}", "dim")),
+            _efficiency(row.packed.efficiency),
+            Text.assemble(
+                f"{row.packed.max_seqs_in_bin:,}\n",
+                (spark_line(row.seqs_per_bin), "cyan"),
+            ),
+            Text.assemble(
+                f"mean {format_percent(row.attention_per_bin / row.max_seq_len**2)}\n",
+                (f"max {format_percent(row.attention_max_bin / row.max_seq_len**2)}", "dim"),
+            ),
+        )
+    return table
+
+
 def _sweep_notes(result: SweepResult) -> list[Text]:
+    cap_note = (
+        Text(
+            "Cap: at most that many sequences per bin (none: no cap), for seqpack and both "
+            "baselines alike. bins vs no cap: seqpack's bins over its bins with no cap at the "
+            "same max_seq_len. seqs per bin: the largest number in one bin, and how the bins "
+            "spread over even-width ranges from 1 to it (--json: seqs_per_bin). attention per "
+            "bin: the sum of length² in a bin over max_seq_len² (a dense row), the mean and "
+            "the largest; the total is the same at every cap, so a cap spreads it over more bins.",
+            style="dim",
+        )
+        if result.is_capped
+        else None
+    )
     notes = [
         Text(
             "Sequences over the cap are dropped from every packing; the tokens lost if they are "
@@ -339,18 +479,28 @@ def _sweep_notes(result: SweepResult) -> list[Text]:
             "share of all tokens. attention vs padded: the attention FLOPs of the packed rows, "
             "each sequence attending only within itself (the sum of length², as a varlen "
             "kernel computes it; the same for any packing), over those of one sequence per row "
-            "padded to max_seq_len with dense attention (rows × max_seq_len²). seqpack saves: "
-            "the share of that method's bins (so of its compute per epoch) seqpack does without.",
+            "padded to max_seq_len with dense attention (rows × max_seq_len²).",
             style="dim",
         ),
-        _footnotes(result.sample_size),
+        *([cap_note] if cap_note is not None else []),
+        _footnotes(
+            result.sample_size,
+            result.max_seqs_per_bin[0],
+            several_caps=len(result.max_seqs_per_bin) > 1,
+        ),
     ]
     if any(row.sequential.estimated for row in result.rows):
         notes.insert(0, Text("* estimated on a sample (see below)", style="dim"))
     return notes
 
 
-def render_sweep(console: Console, result: SweepResult, *, title: str) -> None:
+def render_sweep(
+    console: Console,
+    result: SweepResult,
+    *,
+    title: str,
+    details: Sequence[tuple[str, str]] = (),
+) -> None:
     """Print a sweep: what each max_seq_len costs, the packings, an efficiency chart, and the
     length histogram. Every table fits 80 columns (counts are never cut short)."""
     lengths = result.lengths
@@ -361,13 +511,23 @@ def render_sweep(console: Console, result: SweepResult, *, title: str) -> None:
         f"{lengths.min_length:,}, p50 {lengths.p50_length:,}, p90 {lengths.p90_length:,}, "
         f"p99 {lengths.p99_length:,}, max {lengths.max_length:,}, mean {lengths.mean_length:,.1f}",
     )
+    for name, value in details:  # e.g. what prepare left out of a prepared directory
+        header.append(f"\n{name}: {value}")
+    capped = result.is_capped
+    if capped:
+        header.append(
+            "\ncap (max sequences per bin): "
+            + ", ".join(cap_text(cap) for cap in result.max_seqs_per_bin)
+            + ", for seqpack and both baselines"
+        )
 
     chart = Table(title="Efficiency (tokens / capacity)", title_justify="left", box=None)
-    chart.add_column("max_seq_len", justify="right", style="bold", overflow="fold")
+    _key_columns(chart, capped)
     chart.add_column("method", overflow="fold")
-    chart.add_column("", no_wrap=True, overflow="crop")
+    chart.add_column("efficiency", no_wrap=True, overflow="crop")
     chart.add_column("", justify="right", overflow="fold")
     for row in result.rows:
+        key = _row_key(row, capped)
         for index, (name, fraction) in enumerate(
             (
                 ("seqpack", row.packed.efficiency),
@@ -376,13 +536,14 @@ def render_sweep(console: Console, result: SweepResult, *, title: str) -> None:
             )
         ):
             chart.add_row(
-                f"{row.max_seq_len:,}" if index == 0 else "",
+                *(key if index == 0 else [""] * len(key)),
                 name,
                 Text(text_bar(fraction), style=efficiency_style(fraction)),
                 format_efficiency(fraction),
                 end_section=index == 2,
             )
 
+    cap_parts: list[RenderableType] = [_cap_table(result), Text()] if capped else []
     console.print(
         Group(
             header,
@@ -391,6 +552,7 @@ def render_sweep(console: Console, result: SweepResult, *, title: str) -> None:
             Text(),
             _packing_table(result),
             Text(),
+            *cap_parts,
             chart,
             Text(),
             _chart("Sequence lengths", result.length_buckets, "sequences", label_header="length"),

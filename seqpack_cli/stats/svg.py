@@ -39,28 +39,52 @@ def text_width(text: str, font_size: float = FONT_SIZE) -> float:
     return ems * font_size
 
 
-def bar_chart(buckets: Sequence[Bucket], unit: str, title: str) -> str:
+def _noun(count: int, unit: str) -> str:
+    """`unit` ("bins", "sequences") in the number `count` asks for: "1 bin", "2 bins"."""
+    return f"{count:,} {unit[:-1] if count == 1 and unit.endswith('s') else unit}"
+
+
+def _heading(title: str, width: float) -> str:
+    """The chart's visible title, centred on its first line (also its accessible name)."""
+    return (
+        f"<title>{_e(title)}</title>"
+        f'<text x="{width / 2:.1f}" y="16" text-anchor="middle">{_e(title)}'
+        "</text>"
+    )
+
+
+def bar_chart(buckets: Sequence[Bucket], unit: str, title: str, *, label_axis: str) -> str:
     """Horizontal bar chart: one bar per bucket, scaled to the largest, labelled with its count.
 
-    The label and value columns are as wide as their longest text, so nothing is cut off.
+    Titled, its label axis named `label_axis` and its value axis `unit` (one unit: counts, with
+    their share of the total). The label and value columns are as wide as their longest text,
+    so nothing is cut off.
     """
-    row_height, bar_width, gap = 22, 520, 8
+    row_height, bar_width, gap, head = 22, 520, 8, 44
     total = sum(bucket.count for bucket in buckets)
     largest = max((bucket.count for bucket in buckets), default=0)
     values = [
-        f"{bucket.count:,} {unit} ({format_percent(bucket.count / total if total else 0.0)})"
+        f"{_noun(bucket.count, unit)} ({format_percent(bucket.count / total if total else 0.0)})"
         for bucket in buckets
     ]
-    label_width = math.ceil(max((text_width(b.label) for b in buckets), default=0.0)) + 2 * gap
+    label_texts = [bucket.label for bucket in buckets] + [label_axis]
+    label_width = math.ceil(max(text_width(text) for text in label_texts)) + 2 * gap
     value_width = math.ceil(max((text_width(value) for value in values), default=0.0)) + 2 * gap
     width = label_width + bar_width + value_width
-    height = row_height * max(1, len(buckets)) + 8
+    title_width = math.ceil(text_width(title)) + 2 * gap
+    width = max(width, title_width)
+    height = head + row_height * max(1, len(buckets)) + 8
     parts = [
         f'<svg role="img" width="{width}" height="{height}" viewBox="0 0 {width} {height}">',
-        f"<title>{_e(title)}</title>",
+        _heading(title, width),
+        # the axes' names: the bucket labels' on the left, the bars' (a count) above them
+        f'<text x="{label_width - gap}" y="{head - 6}" text-anchor="end">'
+        f"{_e(label_axis)}</text>"
+        f'<text x="{label_width}" y="{head - 6}">'
+        f"{_e(unit)} (share of all {_e(unit)})</text>",
     ]
     for i, (bucket, value) in enumerate(zip(buckets, values, strict=True)):
-        y = 4 + i * row_height
+        y = head + i * row_height
         length = bar_width * bucket.count / largest if largest else 0.0
         length = max(length, 1.0) if bucket.count else 0.0  # a non-empty bucket stays visible
         parts.append(
@@ -87,10 +111,13 @@ def grouped_chart(
     series: Sequence[tuple[str, str]],
     value_text: Callable[[float], str],
     *,
+    x_label: str,
+    y_label: str,
     top: float = 1.0,
 ) -> str:
-    """Grouped vertical bars of shares: one group per (label, values), one bar per series, its
-    value written above it; a y axis from 0 to `top`, and a legend.
+    """Grouped vertical bars of shares (one unit, named by `y_label`): one group per (label,
+    values), one bar per series, its value written above it; a y axis from 0 to `top`, the
+    groups along x (named by `x_label`), a visible title and a legend.
 
     Bars, group labels and legend entries are spaced by the width of their text, and the
     viewBox is as wide as the widest of them: nothing is cut off however long the labels.
@@ -99,19 +126,31 @@ def grouped_chart(
     bar = max(40, math.ceil(max((text_width(t, _SMALL_FONT) for t in texts), default=0.0)) + 4)
     ticks = [top * k / 4 for k in range(5)]
     tick_texts = [f"{tick * 100:g}%" for tick in ticks]
-    left = math.ceil(max(text_width(t) for t in tick_texts)) + 14
+    # the y axis's name runs up its left edge, rotated: one line of text height
+    left = math.ceil(max(text_width(t) for t in tick_texts)) + 14 + FONT_SIZE + 8
     group_width = max(
         len(series) * (bar + 4) + 24,
         math.ceil(max((text_width(label) for label, _ in groups), default=0.0)) + 24,
     )
-    head, plot_height = 24, 220
+    head, plot_height = 44, 220
     legend = [(name, colour, math.ceil(text_width(name))) for name, colour in series]
     legend_width = sum(width + 18 + 24 for _, _, width in legend)
-    width = left + max(group_width * len(groups), legend_width) + 12
-    height = head + plot_height + 60
+    width = left + max(
+        group_width * len(groups),
+        legend_width,
+        math.ceil(text_width(x_label)),
+        math.ceil(text_width(title)) - left,
+    )
+    width += 12
+    height = head + plot_height + 84
+    middle_y = head + plot_height / 2
     parts = [
         f'<svg role="img" width="{width}" height="{height}" viewBox="0 0 {width} {height}">',
-        f"<title>{_e(title)}</title>",
+        _heading(title, width),
+        f'<text x="{FONT_SIZE}" y="{middle_y:.1f}" text-anchor="middle" '
+        f'transform="rotate(-90 {FONT_SIZE} {middle_y:.1f})">{_e(y_label)}</text>',
+        f'<text x="{left + (width - left) / 2:.1f}" y="{head + plot_height + 38}" '
+        f'text-anchor="middle">{_e(x_label)}</text>',
     ]
     for tick, tick_text in zip(ticks, tick_texts, strict=True):
         y = head + plot_height * (1 - tick / top)
@@ -136,7 +175,7 @@ def grouped_chart(
             f'<text x="{middle:.1f}" y="{head + plot_height + 18}" text-anchor="middle">'
             f"{_e(label)}</text>"
         )
-    legend_y, x = head + plot_height + 42, left
+    legend_y, x = head + plot_height + 66, left
     for name, colour, text_px in legend:
         parts.append(
             f'<rect x="{x}" y="{legend_y - 10}" width="12" height="12" fill="{colour}"/>'
