@@ -55,8 +55,10 @@ def manifest_digest(manifest: Mapping[str, Any]) -> str:
     """The sha256 of `manifest`'s canonical JSON (keys sorted, no spaces), `DIGEST_KEY` left
     out."""
     content = {key: value for key, value in manifest.items() if key != DIGEST_KEY}
-    text = json.dumps(content, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
-    return hashlib.sha256(text.encode("utf-8")).hexdigest()
+    # ASCII escapes: a path that is not UTF-8 reaches the manifest as lone surrogates, which
+    # json writes escaped and UTF-8 cannot encode.
+    text = json.dumps(content, sort_keys=True, separators=(",", ":"), ensure_ascii=True)
+    return hashlib.sha256(text.encode("ascii")).hexdigest()
 
 
 def seal_manifest(manifest: Mapping[str, Any]) -> dict[str, Any]:
