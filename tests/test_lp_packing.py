@@ -415,6 +415,35 @@ def test_fast_path_does_not_solve_the_lp(monkeypatch) -> None:
     assert len(calls) == 1
 
 
+def test_lp_budget_follows_what_it_can_gain() -> None:
+    share = histogram._lp_budget_share
+    # issue 21: power law at 8,192 tokens, 1e8 sequences, greedy 5 bins over the volume bound
+    assert share(763_987, 763_982, 8192) == 0.0
+    assert share(1_000_003, 1_000_000, 2048) == 0.0  # 3 bins, but 0.0003%
+    assert share(10_002, 10_000, 2048) == 0.0  # 0.02%, but 2 bins
+    assert share(10_000, 10_000, 2048) == 0.0  # at the bound
+    assert share(10_003, 10_000, 2048) == pytest.approx(0.3)  # 0.03%: 30% of the budget
+    assert share(10_010, 10_000, 2048) == 1.0  # from 0.1% on: all of it
+    assert share(10_200, 10_000, 2048) == 1.0
+    assert share(3, 2, 3) == 1.0  # a small histogram's LP costs milliseconds: any bin counts
+    assert share(2, 2, 3) == 0.0
+
+
+def test_default_packer_skips_the_lp_where_greedy_is_within_a_bin(monkeypatch) -> None:
+    """2,047 lengths, 4.2e7 bins: greedy packs 1 bin over the volume bound (0.000002%); the LP
+    used to run there for seconds. Now the default is the greedy packing, and its bound the
+    cheap one."""
+    calls = []
+    real = histogram.pack_with_lp
+    monkeypatch.setattr(histogram, "pack_with_lp", lambda *a, **k: calls.append(a) or real(*a, **k))
+    counts = {length: count * 100 for length, count in code_like(2048, 1_000_000).items()}
+    packed = pack_length_histogram_batched(counts, 2048)
+    greedy = pack_length_histogram_greedy(counts, 2048)
+    assert calls == []
+    assert packed == greedy and sum(packed.values()) == lower_bound_bins(counts, 2048) + 1
+    assert packed.bound is not None and not packed.bound.bound.is_lp
+
+
 _DETERMINISM_SCRIPT = """
 import json, sys
 from seqpack_cli.packing.histogram import pack_length_histogram_batched

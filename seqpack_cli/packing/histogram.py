@@ -49,6 +49,18 @@ Strategy = Callable[..., list[Group] | None]
 
 _NO_BINS = LowerBound(0, 0, 0)  # the bound of an empty histogram
 
+# The LP runs where it can gain bins worth its time (`_lp_budget_share`): the greedy packing
+# more than _LP_GAIN_SHARE and more than _LP_GAIN_BINS bins above the cheap bound (issue 21: a
+# power law at 8,192 tokens, 1e8 sequences, packs greedily in 0.11 s 5 bins above the volume
+# bound; the LP took 7-12 s to save 3 of them), or any histogram of at most _SMALL_HISTOGRAM
+# lengths (its LP costs milliseconds). Its work budget grows with the gap, all of it from
+# _FULL_BUDGET_GAP on: below that the greedy packing is within the packer's 0.1% target
+# already (the LP bound is at least the cheap one).
+_LP_GAIN_SHARE = 1e-4
+_LP_GAIN_BINS = 2
+_SMALL_HISTOGRAM = 64
+_FULL_BUDGET_GAP = 1e-3
+
 # The exact classic strategies. Each runs once, with the bins of the best packing so far as its
 # `limit`: bins are only ever opened, so it stops (None) as soon as it has opened that many, and
 # a strategy that finishes has beaten the best and has its templates already.
@@ -150,10 +162,13 @@ def pack_length_histogram_batched(
     """Pack a length histogram into bin templates: the engine; its cost does not grow with N.
 
     Runs the greedy engine (`pack_length_histogram_greedy`). Where that misses the cheap lower
-    bound (`lower_bound_bins`), it also packs from the LP relaxation
+    bound (`lower_bound_bins`) by more than 0.01% and 2 bins (or at all, on a histogram of at
+    most 64 lengths), it also packs from the LP relaxation
     (`seqpack_cli.packing.lp_rounding`: column generation, rounding, the greedy engine on what
-    is left) and keeps that packing when it has fewer bins. So the result never has more bins
-    than the greedy engine's, and is at the bound or near the LP optimum. `lp_effort` (0 to 1):
+    is left), with a work budget in proportion to the gap (all of it from 0.1% on), and keeps
+    that packing when it has fewer bins. So the result never has more bins than the greedy
+    engine's, and is at the bound, within 0.01% of it, or near the LP optimum; where greedy is
+    near the bound it costs what greedy does. `lp_effort` (0 to 1):
     the share of the LP's work budget to spend; less packs faster, a little farther from the
     optimum (the `max_seq_len` sweep of `seqpack stats`, which packs many histograms, spends
     half). The result is a `Counter` of templates (`PackedTemplates`) that carries, as `bound`,
@@ -167,16 +182,17 @@ def pack_length_histogram_batched(
     effort = _check_effort(lp_effort)
     if not items:
         return PackedTemplates(bound=HistogramBound.of_items(items, max_seq_len, cap, _NO_BINS))
-    greedy = _pack_greedy(items, max_seq_len, cap)
-    greedy_bins = sum(greedy.values())
     bounds = lower_bounds(items, max_seq_len, cap)
-    if greedy_bins <= bounds.value:  # nothing can do better: no LP
+    greedy = _pack_greedy(items, max_seq_len, cap, bounds)
+    greedy_bins = sum(greedy.values())
+    share = _lp_budget_share(greedy_bins, bounds.value, len(items))
+    if share == 0:  # at the bound, or too near it for the LP to be worth its time
         return PackedTemplates(greedy, HistogramBound.of_items(items, max_seq_len, cap, bounds))
 
     def finish(rest: list[tuple[int, int]]) -> Counter[BinTemplate]:
         return _pack_greedy(rest, max_seq_len, cap)
 
-    packed, by_lp = pack_with_lp(items, max_seq_len, cap, greedy, finish, effort=effort)
+    packed, by_lp = pack_with_lp(items, max_seq_len, cap, greedy, finish, effort=effort * share)
     packed_bins = sum(packed.values())
     logger.debug(
         "greedy %d bins, LP packing %d (cheap bound %d, LP bound %d)",
@@ -187,6 +203,21 @@ def pack_length_histogram_batched(
     )
     bound = HistogramBound.of_items(items, max_seq_len, cap, replace(bounds, by_lp=by_lp))
     return PackedTemplates(packed if packed_bins < greedy_bins else greedy, bound)
+
+
+def _lp_budget_share(greedy_bins: int, bound: int, num_lengths: int) -> float:
+    """The share of the LP's work budget worth spending on a histogram of `num_lengths` lengths
+    that the greedy engine packs into `greedy_bins`, with `bound` its cheap lower bound: 0 (no
+    LP) at the bound or within `_LP_GAIN_SHARE` and `_LP_GAIN_BINS` of it (except on a small
+    histogram, whose LP costs milliseconds), else in proportion to what the LP can gain, all of
+    it from `_FULL_BUDGET_GAP` above the bound on."""
+    gap = greedy_bins - bound
+    if gap <= 0:
+        return 0.0
+    small = num_lengths <= _SMALL_HISTOGRAM
+    if not small and (gap <= _LP_GAIN_BINS or gap <= _LP_GAIN_SHARE * bound):
+        return 0.0
+    return 1.0 if small else min(1.0, gap / (_FULL_BUDGET_GAP * bound))
 
 
 def _check_effort(lp_effort: object) -> float:
@@ -226,15 +257,21 @@ def pack_length_histogram_greedy(
 
 
 def _pack_greedy(
-    items: list[tuple[int, int]], max_seq_len: int, cap: int | None
+    items: list[tuple[int, int]],
+    max_seq_len: int,
+    cap: int | None,
+    bounds: LowerBound | None = None,
 ) -> Counter[BinTemplate]:
-    """`pack_length_histogram_greedy` on validated items (length, count), longest first."""
+    """`pack_length_histogram_greedy` on validated items (length, count), longest first;
+    `bounds`: their `lower_bounds`, where the caller has them already."""
     # The strategies allocate tens of thousands of small acyclic tuples: pausing the cyclic
     # collector spares repeated collections that find nothing.
     collecting = gc.isenabled()
     gc.disable()
     try:
-        name, groups = _best_groups(items, max_seq_len, cap)
+        if bounds is None:
+            bounds = lower_bounds(items, max_seq_len, cap)
+        name, groups = _best_groups(items, max_seq_len, cap, bounds)
         if name == "patterns":  # its templates are all different: no need to add any up
             return Counter({node[1]: num_bins for node, num_bins in groups})
         return group_templates(groups)
@@ -244,10 +281,9 @@ def _pack_greedy(
 
 
 def _best_groups(
-    items: list[tuple[int, int]], max_seq_len: int, cap: int | None
+    items: list[tuple[int, int]], max_seq_len: int, cap: int | None, bounds: LowerBound
 ) -> tuple[str, list[Group]]:
-    """The name of the winning strategy and its groups."""
-    bounds = lower_bounds(items, max_seq_len, cap)
+    """The name of the winning strategy and its groups (`bounds`: the items' lower bounds)."""
     bound = bounds.value
     by_number = bounds.by_number > max(bounds.by_volume, bounds.by_size)
     best: tuple[str, list[Group]] = ("", [])
