@@ -27,11 +27,11 @@ from seqpack_cli.stats.report import (
     format_percent,
     format_template,
     render_profile,
-    render_sweep,
     text_bar,
 )
 from seqpack_cli.stats.svg import text_width
 from seqpack_cli.stats.sweep import SweepResult, sweep_max_seq_len
+from seqpack_cli.stats.sweep_report import render_sweep
 
 # 6 bins at max_seq_len 10: (5,5) x3 full, (7,) x2, (4,3,2) x1
 TEMPLATES = Counter({(5, 5): 3, (7,): 2, (4, 3, 2): 1})
@@ -502,3 +502,11 @@ def test_every_chart_is_titled_with_named_axes(
         if "Tokens each max_seq_len costs" in source
     ]
     assert "share of all tokens" in costs and "sequences over the cap" not in costs
+
+
+def test_sweep_reports_name_their_packer(sweep: SweepResult) -> None:
+    # the figures come from a lighter LP budget than prepare's: both reports say which
+    out = " ".join(_render(lambda console: render_sweep(console, sweep, title="s")).split())
+    assert "seqpack's packings: pack_length_histogram_batched(lp_effort=0.5)" in out
+    assert "pack_length_histogram_batched(lp_effort=0.5)" in render_sweep_html(sweep, title="s")
+    assert sweep.to_dict()["packer"] == "pack_length_histogram_batched(lp_effort=0.5)"

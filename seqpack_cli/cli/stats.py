@@ -32,8 +32,8 @@ __all__ = ["STATS_EPILOG", "stats"]
 
 
 STATS_EPILOG = (
-    "Baselines, what you get without seqpack, on the same sequences (those over the cap "
-    "dropped): no packing = one sequence per row, padded to max_seq_len (exact); sequential = "
+    "Baselines, what you get without seqpack, on the same sequences (those longer than "
+    "max_seq_len dropped): no packing = one sequence per row, padded to max_seq_len (exact); sequential = "
     "the dataset shuffled, then sequences concatenated in that order, a new row whenever the "
     "next one does not fit (or the row holds --max-seqs-per-bin sequences: both baselines obey "
     "seqpack's cap), none split (next-fit). Sequential is simulated on a seeded random "
@@ -206,7 +206,7 @@ def stats(
     `seqpack stats PREPARED_DIR` shows its PackingStats against packing without seqpack, the
     length histogram, bin fullness, sequences per bin and the most common templates.
     `seqpack stats INPUT... --length-column NAME --max-seq-len 1024,2048,4096` reads only the
-    length column and shows, per max_seq_len, what the cap costs (the sequences over it, the
+    length column and shows, per max_seq_len, what it costs (the sequences over it, the
     tokens lost if they are dropped or cut if they are truncated, and the attention FLOPs of
     packed rows against padded ones), then seqpack's bins and efficiency on the sequences that
     fit, next to packing without seqpack. `--max-seqs-per-bin 8,16,none` compares caps too:

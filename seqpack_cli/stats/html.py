@@ -27,12 +27,12 @@ from seqpack_cli.stats.report import (
     efficiency_style,
     format_efficiency,
     format_percent,
-    one_per_max_seq_len,
     profile_figures,
     template_cells,
 )
 from seqpack_cli.stats.svg import axis_top, bar_chart, grouped_chart
 from seqpack_cli.stats.sweep import SweepResult, SweepRow
+from seqpack_cli.stats.sweep_report import PACKER_NOTE, one_per_max_seq_len
 
 __all__ = ["render_profile_html", "render_sweep_html", "write_html_report"]
 
@@ -360,7 +360,7 @@ def render_sweep_html(result: SweepResult, *, title: str, left_out: str = "") ->
         _table(
             [
                 "max_seq_len",
-                "sequences over cap",
+                "sequences longer",
                 "tokens lost if dropped",
                 "tokens cut if truncated",
                 "attention vs padded",
@@ -393,6 +393,7 @@ def render_sweep_html(result: SweepResult, *, title: str, left_out: str = "") ->
             result.max_seqs_per_bin[0],
             several_caps=len(result.max_seqs_per_bin) > 1,
         )
+        + f'<p class="note">seqpack\'s packings: {_e(PACKER_NOTE)}.</p>'
         + (
             '<p class="note">* estimated on a sample.</p>'
             if any(row.sequential.estimated for row in result.rows)

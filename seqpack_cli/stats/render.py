@@ -18,7 +18,8 @@ from rich.console import Console
 from seqpack_cli.stats.describe import StatsReport
 from seqpack_cli.stats.html import render_profile_html, render_sweep_html
 from seqpack_cli.stats.left_out import LeftOut
-from seqpack_cli.stats.report import format_percent, plural, render_profile, render_sweep
+from seqpack_cli.stats.report import format_percent, plural, render_profile
+from seqpack_cli.stats.sweep_report import render_sweep
 
 __all__ = [
     "left_out_rows",

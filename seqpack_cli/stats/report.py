@@ -1,9 +1,11 @@
-"""Terminal rendering of `seqpack stats`: rich tables and text bar charts.
+"""Terminal rendering of `seqpack stats`: rich tables and text bar charts, and the formats,
+colours and wording every report shares.
 
 Pure presentation: every figure comes from `seqpack_cli.stats.profile` (a `PackingProfile` for a
-prepared directory) or `seqpack_cli.stats.sweep` (a `SweepResult` for a `max_seq_len` sweep);
-nothing is computed here except shares and bar widths. No cell is ever cut short with an
-ellipsis: the tables fit 80 columns, and a figure too wide for the terminal folds instead. The
+prepared directory, drawn here) or `seqpack_cli.stats.sweep` (a `SweepResult`, drawn by
+`seqpack_cli.stats.sweep_report`); nothing is computed here except shares and bar widths. No
+cell is ever cut short with an ellipsis: the tables fit 80 columns, and a figure too wide for
+the terminal folds instead. The
 helpers `format_template`, `format_percent`, `efficiency_style`, `profile_figures` and
 `template_cells` are shared with the HTML report (`seqpack_cli.stats.html`) so both read the
 same; `seqpack_cli.stats.render` picks the drawing for a `StatsReport`.
@@ -27,22 +29,23 @@ from seqpack_cli.stats.baselines import (
 )
 from seqpack_cli.stats.distribution import Bucket
 from seqpack_cli.stats.profile import PackingProfile
-from seqpack_cli.stats.sweep import SweepResult, SweepRow
 
 __all__ = [
     "BINS_SAVED",
+    "baseline_footnotes",
     "bound_name",
     "cap_text",
+    "chart_table",
     "efficiency_style",
+    "efficiency_text",
     "format_efficiency",
     "format_padding",
     "format_percent",
     "format_template",
-    "one_per_max_seq_len",
     "plural",
     "profile_figures",
     "render_profile",
-    "render_sweep",
+    "spark_line",
     "template_cells",
     "text_bar",
 ]
@@ -149,7 +152,7 @@ def text_bar(fraction: float, width: int = _BAR_WIDTH) -> str:
     return ("█" * full + (_EIGHTHS[part] if part else "")).ljust(width)
 
 
-def _chart(title: str, buckets: Sequence[Bucket], unit: str, *, label_header: str) -> Table:
+def chart_table(title: str, buckets: Sequence[Bucket], unit: str, *, label_header: str) -> Table:
     """A bar per bucket, scaled to the largest, with the count and its share of the total."""
     total = sum(bucket.count for bucket in buckets)
     largest = max((bucket.count for bucket in buckets), default=0)
@@ -219,7 +222,7 @@ def template_cells(
     ]
 
 
-def _efficiency(fraction: float) -> Text:
+def efficiency_text(fraction: float) -> Text:
     return Text(format_efficiency(fraction), style=efficiency_style(fraction))
 
 
@@ -233,7 +236,7 @@ def _comparison_table(stats: PackingStats, baselines: Sequence[BaselineStats]) -
     table.add_column("seqs/bin", justify="right", overflow="fold")
     table.add_column(BINS_SAVED, justify="right", overflow="fold")
     table.add_row(
-        "seqpack", f"{packed_bins:,}", _efficiency(packed_eff), f"{packed_seqs_per_bin:.2f}", ""
+        "seqpack", f"{packed_bins:,}", efficiency_text(packed_eff), f"{packed_seqs_per_bin:.2f}", ""
     )
     for baseline in baselines:
         saved = 1.0 - packed_bins / baseline.num_bins if baseline.num_bins else 0.0
@@ -241,7 +244,7 @@ def _comparison_table(stats: PackingStats, baselines: Sequence[BaselineStats]) -
         table.add_row(
             name,
             f"{baseline.num_bins:,}",
-            _efficiency(baseline.efficiency),
+            efficiency_text(baseline.efficiency),
             f"{baseline.avg_seqs_per_bin:.2f}",
             format_percent(saved),
         )
@@ -254,7 +257,7 @@ def _baseline_name(baseline: BaselineStats) -> str:
     return "sequential (est.)" if baseline.estimated else "sequential"
 
 
-def _footnotes(
+def baseline_footnotes(
     sample_size: int, max_seqs_per_bin: int | None = None, *, several_caps: bool = False
 ) -> Text:
     sequential = sequential_description(sample_size, max_seqs_per_bin, several_caps=several_caps)
@@ -286,7 +289,7 @@ def render_profile(
         f"{stats.num_bins:,} ({bound_name(profile)} {stats.lower_bound_bins:,}, "
         f"+{format_percent(above_bound, 2)})"
     )
-    figures["efficiency"] = _efficiency(stats.efficiency)
+    figures["efficiency"] = efficiency_text(stats.efficiency)
     for name, value in [*figures.items(), *details]:
         summary.add_row(name, value)
 
@@ -308,255 +311,14 @@ def render_profile(
         Text(),
         _comparison_table(stats, [profile.sequential, profile.no_packing]),
         Text(),
-        _chart("Sequence lengths", profile.length_buckets, "sequences", label_header="length"),
+        chart_table("Sequence lengths", profile.length_buckets, "sequences", label_header="length"),
         Text(),
-        _chart("Bin fullness", profile.fullness_buckets, "bins", label_header="filled"),
+        chart_table("Bin fullness", profile.fullness_buckets, "bins", label_header="filled"),
         Text(),
-        _chart("Sequences per bin", profile.seqs_per_bin_buckets, "bins", label_header="seqs"),
+        chart_table("Sequences per bin", profile.seqs_per_bin_buckets, "bins", label_header="seqs"),
         Text(),
         templates,
         Text(),
-        _footnotes(sample_size, profile.max_seqs_per_bin),
+        baseline_footnotes(sample_size, profile.max_seqs_per_bin),
     ]
     console.print(Group(*parts))
-
-
-def _count_and_share(count: int, share: float, digits: int = 1) -> Text:
-    """A count over its share of the total (dim), as two lines: narrow enough for 80 columns."""
-    return Text.assemble(f"{count:,}\n", (format_percent(share, digits), "dim"))
-
-
-def one_per_max_seq_len(result: SweepResult) -> list[SweepRow]:
-    """The first row of each max_seq_len: what a max_seq_len costs is the same at every cap."""
-    seen: set[int] = set()
-    rows = []
-    for row in result.rows:
-        if row.max_seq_len not in seen:
-            seen.add(row.max_seq_len)
-            rows.append(row)
-    return rows
-
-
-def _cap_cost_table(result: SweepResult) -> Table:
-    """Per max_seq_len: the sequences over it, the tokens that costs, attention vs padding."""
-    table = Table(
-        title="What each max_seq_len costs (sequences longer than it)",
-        title_justify="left",
-        box=None,
-        pad_edge=False,
-        leading=1,
-    )
-    for header in (
-        "max_seq_len",
-        "sequences\nover cap",
-        "tokens lost\nif dropped",
-        "tokens cut\nif truncated",
-        "attention\nvs padded",
-    ):
-        table.add_column(header, justify="right", overflow="fold")
-    for row in one_per_max_seq_len(result):
-        cost = row.cost
-        table.add_row(
-            Text(f"{row.max_seq_len:,}", style="bold"),
-            _count_and_share(cost.num_over_cap, cost.share_over_cap, 2),
-            _count_and_share(cost.num_tokens_over_cap, cost.share_tokens_over_cap),
-            _count_and_share(cost.num_tokens_truncated, cost.share_tokens_truncated),
-            format_percent(cost.attention_vs_padded, 2),
-        )
-    return table
-
-
-def _row_key(row: SweepRow, capped: bool) -> list[str]:
-    """The cells that name a sweep row: its max_seq_len, and its cap where caps are compared."""
-    return (
-        [f"{row.max_seq_len:,}", cap_text(row.max_seqs_per_bin)]
-        if capped
-        else [f"{row.max_seq_len:,}"]
-    )
-
-
-def _key_columns(table: Table, capped: bool) -> None:
-    table.add_column("max_seq_len", justify="right", style="bold", overflow="fold")
-    if capped:
-        table.add_column("cap", justify="right", style="bold", overflow="fold")
-
-
-def _packing_table(result: SweepResult) -> Table:
-    """Per max_seq_len (and cap), the sequences that fit packed three ways, under the same cap:
-    seqpack and both baselines."""
-    capped = result.is_capped
-    table = Table(
-        title="Per max_seq_len"
-        + (" and cap (seqpack and both baselines obey it)" if capped else "")
-        + ": the sequences that fit, packed three ways",
-        title_justify="left",
-        box=None,
-        pad_edge=False,
-    )
-    _key_columns(table, capped)
-    table.add_column("method", overflow="fold")
-    for header in ("bins", "seqs/bin", "efficiency", BINS_SAVED):
-        table.add_column(header, justify="right", overflow="fold")
-    blank = [""] * (2 if capped else 1)
-    for number, row in enumerate(result.rows):
-        packed = row.packed
-        if number:
-            table.add_row()  # a blank line between rows of the sweep
-        table.add_row(
-            *_row_key(row, capped),
-            "seqpack",
-            f"{packed.num_bins:,}",
-            f"{packed.avg_seqs_per_bin:.2f}",
-            _efficiency(packed.efficiency),
-            "",
-        )
-        for baseline in (row.sequential, row.no_packing):
-            saved = 1.0 - packed.num_bins / baseline.num_bins if baseline.num_bins else 0.0
-            table.add_row(
-                *blank,
-                "sequential" if baseline.method != "no_packing" else "no packing",
-                f"{baseline.num_bins:,}" + ("*" if baseline.estimated else ""),
-                f"{baseline.avg_seqs_per_bin:.2f}",
-                _efficiency(baseline.efficiency),
-                format_percent(saved),
-            )
-    return table
-
-
-def _cap_table(result: SweepResult) -> Table:
-    """Per max_seq_len and cap: what the cap costs in bins, and what it buys in sequences and
-    attention per bin."""
-    table = Table(
-        title="Per cap (max sequences per bin): seqpack's bins and attention per bin",
-        title_justify="left",
-        box=None,
-        pad_edge=False,
-        leading=1,
-    )
-    _key_columns(table, True)
-    for header in (
-        "bins\nvs no cap",
-        "efficiency",
-        "seqs per bin\nmax, spread",
-        "attention per\nbin, of L²",
-    ):
-        table.add_column(header, justify="right", overflow="fold")
-    for row in result.rows:
-        table.add_row(
-            *_row_key(row, True),
-            Text.assemble(f"{row.packed.num_bins:,}\n", (f"{row.bins_vs_uncapped:+.2%}", "dim")),
-            _efficiency(row.packed.efficiency),
-            Text.assemble(
-                f"{row.packed.max_seqs_in_bin:,}\n",
-                (spark_line(row.seqs_per_bin), "cyan"),
-            ),
-            Text.assemble(
-                f"mean {format_percent(row.attention_per_bin / row.max_seq_len**2)}\n",
-                (f"max {format_percent(row.attention_max_bin / row.max_seq_len**2)}", "dim"),
-            ),
-        )
-    return table
-
-
-def _sweep_notes(result: SweepResult) -> list[Text]:
-    cap_note = (
-        Text(
-            "Cap: at most that many sequences per bin (none: no cap), for seqpack and both "
-            "baselines alike. bins vs no cap: seqpack's bins over its bins with no cap at the "
-            "same max_seq_len. seqs per bin: the largest number in one bin, and how the bins "
-            "spread over even-width ranges from 1 to it (--json: seqs_per_bin). attention per "
-            "bin: the sum of length² in a bin over max_seq_len² (a dense row), the mean and "
-            "the largest; the total is the same at every cap, so a cap spreads it over more bins.",
-            style="dim",
-        )
-        if result.is_capped
-        else None
-    )
-    notes = [
-        Text(
-            "Sequences over the cap are dropped from every packing; the tokens lost if they are "
-            "dropped, or cut if they are truncated to max_seq_len, are counted and shown as a "
-            "share of all tokens. attention vs padded: the attention FLOPs of the packed rows, "
-            "each sequence attending only within itself (the sum of length², as a varlen "
-            "kernel computes it; the same for any packing), over those of one sequence per row "
-            "padded to max_seq_len with dense attention (rows × max_seq_len²).",
-            style="dim",
-        ),
-        *([cap_note] if cap_note is not None else []),
-        _footnotes(
-            result.sample_size,
-            result.max_seqs_per_bin[0],
-            several_caps=len(result.max_seqs_per_bin) > 1,
-        ),
-    ]
-    if any(row.sequential.estimated for row in result.rows):
-        notes.insert(0, Text("* estimated on a sample (see below)", style="dim"))
-    return notes
-
-
-def render_sweep(
-    console: Console,
-    result: SweepResult,
-    *,
-    title: str,
-    details: Sequence[tuple[str, str]] = (),
-) -> None:
-    """Print a sweep: what each max_seq_len costs, the packings, an efficiency chart, and the
-    length histogram. Every table fits 80 columns (counts are never cut short)."""
-    lengths = result.lengths
-    header = Text.assemble(
-        (title, "bold"),
-        "\n",
-        f"{lengths.num_sequences:,} sequences, {lengths.num_tokens:,} tokens; length min "
-        f"{lengths.min_length:,}, p50 {lengths.p50_length:,}, p90 {lengths.p90_length:,}, "
-        f"p99 {lengths.p99_length:,}, max {lengths.max_length:,}, mean {lengths.mean_length:,.1f}",
-    )
-    for name, value in details:  # e.g. what prepare left out of a prepared directory
-        header.append(f"\n{name}: {value}")
-    capped = result.is_capped
-    if capped:
-        header.append(
-            "\ncap (max sequences per bin): "
-            + ", ".join(cap_text(cap) for cap in result.max_seqs_per_bin)
-            + ", for seqpack and both baselines"
-        )
-
-    chart = Table(title="Efficiency (tokens / capacity)", title_justify="left", box=None)
-    _key_columns(chart, capped)
-    chart.add_column("method", overflow="fold")
-    chart.add_column("efficiency", no_wrap=True, overflow="crop")
-    chart.add_column("", justify="right", overflow="fold")
-    for row in result.rows:
-        key = _row_key(row, capped)
-        for index, (name, fraction) in enumerate(
-            (
-                ("seqpack", row.packed.efficiency),
-                ("sequential", row.sequential.efficiency),
-                ("no packing", row.no_packing.efficiency),
-            )
-        ):
-            chart.add_row(
-                *(key if index == 0 else [""] * len(key)),
-                name,
-                Text(text_bar(fraction), style=efficiency_style(fraction)),
-                format_efficiency(fraction),
-                end_section=index == 2,
-            )
-
-    cap_parts: list[RenderableType] = [_cap_table(result), Text()] if capped else []
-    console.print(
-        Group(
-            header,
-            Text(),
-            _cap_cost_table(result),
-            Text(),
-            _packing_table(result),
-            Text(),
-            *cap_parts,
-            chart,
-            Text(),
-            _chart("Sequence lengths", result.length_buckets, "sequences", label_header="length"),
-            Text(),
-            *_sweep_notes(result),
-        )
-    )
