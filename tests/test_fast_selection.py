@@ -11,6 +11,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parents[1]
 
 
@@ -23,6 +25,7 @@ def _collected(*args: str) -> set[str]:
     return {line.split("[")[0] for line in result.stdout.splitlines() if "::" in line}
 
 
+@pytest.mark.slow  # two collections: 5 s
 def test_the_fast_selection_leaves_out_what_conftest_calls_slow() -> None:
     modules = ["tests/test_dask_engine.py", "tests/test_output_safety.py"]
     everything = _collected(*modules)
