@@ -9,8 +9,10 @@
   exactly;
 - `lp` (`lp_lower_bound`), `column_generation`, `pricing`, `lp_rounding`: the LP relaxation
   (Gilmore and Gomory, by column generation) the engine packs from where the greedy engine misses
-  the cheap bound, and the LP lower bound;
-- `bounds`: the one lower bound every report uses (the LP bound where it was computed);
+  the cheap bound by more than 0.01%, and the LP lower bound;
+- `bounds`: the cheap lower bounds, computed in one place;
+- `packed`: `PackedTemplates`, the engine's result: its templates and the bound it proved (the LP
+  bound where it solved the LP), which every report of that packing shows;
 - `efficiency`: `PackingStats`, the summary of a packing (re-exported by `seqpack_cli.stats`);
 - `online`: `pack_stream`, packing an unbounded stream with a bounded buffer.
 
