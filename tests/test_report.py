@@ -210,7 +210,8 @@ def test_profile_html_is_standalone(profile: PackingProfile) -> None:
 def test_sweep_html_is_standalone(sweep: SweepResult) -> None:
     document = render_sweep_html(sweep, title="sweep")
     assert_standalone_html(document)
-    assert document.count("<svg") == 3  # cap costs, efficiency per max_seq_len, lengths
+    # cap costs, sequences per bin at each max_seq_len, efficiency per max_seq_len, lengths
+    assert document.count("<svg") == 3 + len(sweep.rows)
     for row in sweep.rows:
         assert format_efficiency(row.packed.efficiency) in document
     assert "next-fit" in document
@@ -510,3 +511,23 @@ def test_sweep_reports_name_their_packer(sweep: SweepResult) -> None:
     assert "seqpack's packings: pack_length_histogram_batched(lp_effort=0.5)" in out
     assert "pack_length_histogram_batched(lp_effort=0.5)" in render_sweep_html(sweep, title="s")
     assert sweep.to_dict()["packer"] == "pack_length_histogram_batched(lp_effort=0.5)"
+
+
+def test_sweeps_show_the_sequences_per_bin(sweep: SweepResult) -> None:
+    # The largest number of sequences in a bin and their spread, at every max_seq_len, capped
+    # or not: in the terminal (the largest, and a spark line of the even buckets) and in HTML
+    # (a chart per row).
+    out = _render(lambda console: render_sweep(console, sweep, title="s"))
+    assert "Per max_seq_len: seqpack's bins, sequences and attention per bin" in " ".join(
+        out.split()
+    )
+    words = [line.split() for line in out.splitlines()]
+    for row in sweep.rows:
+        bins, max_seqs = f"{row.packed.num_bins:,}", str(row.packed.max_seqs_in_bin)
+        efficiency = format_efficiency(row.packed.efficiency)
+        assert [f"{row.max_seq_len:,}", bins, efficiency, max_seqs, "mean"] in [
+            line[:5] for line in words
+        ]
+    document = render_sweep_html(sweep, title="s")
+    for row in sweep.rows:
+        assert f"Bins per number of sequences at max_seq_len {row.max_seq_len:,}<" in document

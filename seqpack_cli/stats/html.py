@@ -286,18 +286,22 @@ def _packing_rows(result: SweepResult) -> list[list[str]]:
     return rows
 
 
-def _cap_section(result: SweepResult) -> list[str]:
-    """Per (max_seq_len, cap): bins against no cap, efficiency, sequences per bin (the largest
-    and a chart of their spread) and attention per bin: what choosing a cap trades."""
+def _per_bin_section(result: SweepResult) -> list[str]:
+    """Per max_seq_len (and cap): seqpack's bins (against no cap where caps are compared),
+    efficiency, sequences per bin (the largest and a chart of their spread) and attention per
+    bin: what choosing a cap trades."""
+    capped = result.is_capped
     rows = []
     for row in result.rows:
         square = row.max_seq_len * row.max_seq_len
+        key = [_td(f"{row.max_seq_len:,}", left=True)]
+        if capped:
+            key.append(_td(cap_text(row.max_seqs_per_bin), left=True))
         rows.append(
             [
-                _td(f"{row.max_seq_len:,}", left=True),
-                _td(cap_text(row.max_seqs_per_bin), left=True),
+                *key,
                 _td(f"{row.packed.num_bins:,}"),
-                _td(f"{row.bins_vs_uncapped:+.2%}"),
+                *([_td(f"{row.bins_vs_uncapped:+.2%}")] if capped else []),
                 _efficiency_cell(row.packed.efficiency),
                 _td(f"{row.packed.max_seqs_in_bin:,}"),
                 _td(format_percent(row.attention_per_bin / square)),
@@ -308,32 +312,38 @@ def _cap_section(result: SweepResult) -> list[str]:
         bar_chart(
             row.seqs_per_bin,
             "bins",
-            f"Bins per number of sequences at max_seq_len {row.max_seq_len:,}, cap "
-            f"{cap_text(row.max_seqs_per_bin)}",
+            f"Bins per number of sequences at max_seq_len {row.max_seq_len:,}"
+            + (f", cap {cap_text(row.max_seqs_per_bin)}" if capped else ""),
             label_axis="sequences in the bin",
         )
         for row in result.rows
     ]
+    heading = "Per cap (max sequences per bin)" if capped else "Per max_seq_len"
     return [
-        "<h2>Per cap (max sequences per bin): bins, sequences and attention per bin</h2>",
+        f"<h2>{heading}: seqpack's bins, sequences and attention per bin</h2>",
         _table(
             [
                 "max_seq_len",
-                "cap",
+                *(["cap"] if capped else []),
                 "seqpack bins",
-                "bins vs no cap",
+                *(["bins vs no cap"] if capped else []),
                 "efficiency",
                 "max seqs in a bin",
                 "attention per bin, mean (of max_seq_len²)",
                 "attention per bin, max (of max_seq_len²)",
             ],
             rows,
-            left=2,
+            left=2 if capped else 1,
         ),
-        '<p class="note">Bins vs no cap: seqpack\'s bins over its bins with no cap at the same '
-        "max_seq_len. Attention per bin: the sum of length² over the bin's sequences (what a "
-        "varlen kernel computes), over max_seq_len² (a dense row); the total is the same at "
-        "every cap, so a lower cap spreads it over more bins.</p>",
+        '<p class="note">'
+        + (
+            "Bins vs no cap: seqpack's bins over its bins with no cap at the same max_seq_len. "
+            if capped
+            else ""
+        )
+        + "Attention per bin: the sum of length² over the bin's sequences (what a varlen kernel "
+        "computes), over max_seq_len² (a dense row); the total is the same at every cap, so a "
+        "lower cap spreads it over more bins.</p>",
         *charts,
     ]
 
@@ -399,7 +409,7 @@ def render_sweep_html(result: SweepResult, *, title: str, left_out: str = "") ->
             if any(row.sequential.estimated for row in result.rows)
             else ""
         ),
-        *(_cap_section(result) if capped else []),
+        *_per_bin_section(result),
         "<h2>Efficiency (tokens / capacity)</h2>",
         _svg_efficiency(result),
         "<h2>Sequence lengths</h2>",

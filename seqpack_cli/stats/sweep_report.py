@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from rich.console import Console, Group, RenderableType
+from rich.console import Console, Group
 from rich.table import Table
 from rich.text import Text
 
@@ -140,28 +140,36 @@ def _packing_table(result: SweepResult) -> Table:
     return table
 
 
-def _cap_table(result: SweepResult) -> Table:
-    """Per max_seq_len and cap: what the cap costs in bins, and what it buys in sequences and
-    attention per bin."""
+def _per_bin_table(result: SweepResult) -> Table:
+    """Per max_seq_len (and cap): seqpack's bins (against no cap where caps are compared), the
+    largest number of sequences in a bin and their spread, and the attention per bin."""
+    capped = result.is_capped
     table = Table(
-        title="Per cap (max sequences per bin): seqpack's bins and attention per bin",
+        title=(
+            "Per cap (max sequences per bin): seqpack's bins, sequences and attention per bin"
+            if capped
+            else "Per max_seq_len: seqpack's bins, sequences and attention per bin"
+        ),
         title_justify="left",
         box=None,
         pad_edge=False,
         leading=1,
     )
-    _key_columns(table, True)
+    _key_columns(table, capped)
     for header in (
-        "bins\nvs no cap",
+        "bins\nvs no cap" if capped else "bins",
         "efficiency",
         "seqs per bin\nmax, spread",
         "attention per\nbin, of L²",
     ):
         table.add_column(header, justify="right", overflow="fold")
     for row in result.rows:
+        bins = Text(f"{row.packed.num_bins:,}")
+        if capped:
+            bins.append(f"\n{row.bins_vs_uncapped:+.2%}", style="dim")
         table.add_row(
-            *_row_key(row, True),
-            Text.assemble(f"{row.packed.num_bins:,}\n", (f"{row.bins_vs_uncapped:+.2%}", "dim")),
+            *_row_key(row, capped),
+            bins,
             efficiency_text(row.packed.efficiency),
             Text.assemble(
                 f"{row.packed.max_seqs_in_bin:,}\n",
@@ -177,17 +185,18 @@ def _cap_table(result: SweepResult) -> Table:
 
 def _sweep_notes(result: SweepResult) -> list[Text]:
     cap_note = (
-        Text(
-            "Cap: at most that many sequences per bin (none: no cap), for seqpack and both "
-            "baselines alike. bins vs no cap: seqpack's bins over its bins with no cap at the "
-            "same max_seq_len. seqs per bin: the largest number in one bin, and how the bins "
-            "spread over even-width ranges from 1 to it (--json: seqs_per_bin). attention per "
-            "bin: the sum of length² in a bin over max_seq_len² (a dense row), the mean and "
-            "the largest; the total is the same at every cap, so a cap spreads it over more bins.",
-            style="dim",
-        )
+        "Cap: at most that many sequences per bin (none: no cap), for seqpack and both "
+        "baselines alike. bins vs no cap: seqpack's bins over its bins with no cap at the "
+        "same max_seq_len. "
         if result.is_capped
-        else None
+        else ""
+    )
+    per_bin_note = Text(
+        cap_note + "seqs per bin: the largest number in one bin, and how the bins spread over "
+        "even-width ranges from 1 to it (--json: seqs_per_bin). attention per bin: the sum of "
+        "length² in a bin over max_seq_len² (a dense row), the mean and the largest; the total "
+        "is the same at every cap, so a cap spreads it over more bins.",
+        style="dim",
     )
     notes = [
         Text(
@@ -200,7 +209,7 @@ def _sweep_notes(result: SweepResult) -> list[Text]:
             "padded to max_seq_len with dense attention (rows × max_seq_len²).",
             style="dim",
         ),
-        *([cap_note] if cap_note is not None else []),
+        per_bin_note,
         Text(f"seqpack's packings: {PACKER_NOTE}.", style="dim"),
         baseline_footnotes(
             result.sample_size,
@@ -262,7 +271,6 @@ def render_sweep(
                 end_section=index == 2,
             )
 
-    cap_parts: list[RenderableType] = [_cap_table(result), Text()] if capped else []
     console.print(
         Group(
             header,
@@ -271,7 +279,8 @@ def render_sweep(
             Text(),
             _packing_table(result),
             Text(),
-            *cap_parts,
+            _per_bin_table(result),
+            Text(),
             chart,
             Text(),
             chart_table(
