@@ -382,10 +382,12 @@ def _assert_nothing_clipped(document: str) -> None:
             )
 
 
-def test_html_labels_and_legends_fit_their_viewbox(billion_sweep: SweepResult) -> None:
-    # long length labels (up to 2**64 - 1), huge counts, long max_seq_len labels
+def test_html_labels_and_legends_fit_their_viewbox(
+    billion_sweep: SweepResult, capped_billion: SweepResult
+) -> None:
+    # long length labels (up to 2**64 - 1), huge counts, long max_seq_len labels, with caps
     wide = sweep_max_seq_len({5: 2, 2**62: 2, 2**64 - 1: 10**12}, [8, 2**31 - 1], sample_size=9)
-    for result in (wide, billion_sweep):
+    for result in (wide, billion_sweep, capped_billion):
         document = render_sweep_html(result, title="sweep")
         assert_standalone_html(document)
         _assert_nothing_clipped(document)
