@@ -33,8 +33,8 @@ __all__ = ["STATS_EPILOG", "stats"]
 
 STATS_EPILOG = (
     "Baselines, what you get without seqpack, on the same sequences (those longer than "
-    "max_seq_len dropped): no packing = one sequence per row, padded to max_seq_len (exact); sequential = "
-    "the dataset shuffled, then sequences concatenated in that order, a new row whenever the "
+    "max_seq_len dropped): no packing = one sequence per row, padded to max_seq_len (exact); "
+    "sequential = the dataset shuffled, then sequences concatenated in that order, a new row whenever the "
     "next one does not fit (or the row holds --max-seqs-per-bin sequences: both baselines obey "
     "seqpack's cap), none split (next-fit). Sequential is simulated on a seeded random "
     "sample of --sample-size sequences drawn from the length histogram and scaled to the "
