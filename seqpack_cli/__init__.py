@@ -10,6 +10,8 @@ from __future__ import annotations
 import importlib
 from typing import Any
 
+from seqpack_cli.errors import MissingDependencyError
+
 __version__ = "0.1.0"
 
 # public name -> module that defines it
@@ -71,14 +73,12 @@ def __getattr__(name: str) -> Any:
         raise AttributeError(f"module 'seqpack_cli' has no attribute {name!r}")
     try:
         module = importlib.import_module(f"seqpack_cli.{module_name}")
-    except ModuleNotFoundError as error:
+    except (ModuleNotFoundError, MissingDependencyError) as error:
         # `from seqpack_cli import PackedDataset` without torch: say which extra to install, not
         # torch's bare "No module named 'torch'" from deep inside the datasets.
         missing = (error.name or "").partition(".")[0]
         if missing not in _EXTRAS:
             raise
-        from seqpack_cli.errors import MissingDependencyError
-
         raise MissingDependencyError(
             f"seqpack_cli.{name} needs {missing}, which is not installed: "
             f"pip install 'seqpack-cli[{_EXTRAS[missing]}]'"

@@ -171,3 +171,20 @@ def test_a_broken_import_other_than_torch_is_not_reported_as_a_missing_extra() -
     # a broken environment and keeps its own error.
     outcomes = _import_every_name_without("torch", "numpy")
     assert outcomes["load_prepared"] == ("ModuleNotFoundError", "No module named 'numpy'")
+
+
+def test_the_datasets_package_without_torch_says_which_extra_to_install() -> None:
+    # `from seqpack_cli.data import PackedDataset` (the datasets' own package) gives the same
+    # one line as the top-level name, not torch's bare "No module named 'torch'".
+    code = _WITHOUT.split("import seqpack_cli\n")[0] + (
+        "from seqpack_cli.errors import MissingDependencyError\n"
+        "try:\n"
+        "    from seqpack_cli.data import PackedDataset\n"
+        "except MissingDependencyError as error:\n"
+        "    print(error)\n"
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", code, "torch"], capture_output=True, text=True, timeout=120
+    )
+    assert result.returncode == 0, result.stderr
+    assert "pip install 'seqpack-cli[torch]'" in result.stdout

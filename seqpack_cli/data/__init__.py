@@ -19,13 +19,26 @@ An item is the dict `PackedCollator` gives for its bins, so it has the batch dim
 "padding_free"; `cu_seqlens` and `max_seqlen` describe the whole batch).
 
 This package imports torch (the datasets subclass torch's `Dataset` and `IterableDataset`);
-import it only where torch is installed.
+without it, importing the package raises `MissingDependencyError` naming the `torch` extra.
 """
 
 from __future__ import annotations
 
-from seqpack_cli.data.iterable import PackedIterableDataset
-from seqpack_cli.data.loader import PackedDataLoader
-from seqpack_cli.data.map_style import PackedDataset
+from seqpack_cli.errors import MissingDependencyError
+
+try:
+    from seqpack_cli.data.iterable import PackedIterableDataset
+    from seqpack_cli.data.loader import PackedDataLoader
+    from seqpack_cli.data.map_style import PackedDataset
+except ModuleNotFoundError as error:
+    # Without torch, `from seqpack_cli.data import PackedDataset` names the extra to install
+    # rather than torch's bare "No module named 'torch'" from deep inside a dataset module.
+    if (error.name or "").partition(".")[0] != "torch":
+        raise
+    missing = MissingDependencyError(
+        "seqpack_cli.data needs torch, which is not installed: pip install 'seqpack-cli[torch]'"
+    )
+    missing.name = "torch"  # what is missing, as ModuleNotFoundError says it
+    raise missing from None
 
 __all__ = ["PackedDataLoader", "PackedDataset", "PackedIterableDataset"]
