@@ -20,6 +20,7 @@ from seqpack_cli.packing.bounds import (
     lower_bounds_of_lengths,
     residual_lower_bound,
 )
+from seqpack_cli.packing.dff import dff_lower_bound
 from seqpack_cli.packing.fit import bfd_groups, ffd_groups
 from seqpack_cli.packing.groups import count_bins, group_templates
 from seqpack_cli.packing.histogram import (
@@ -31,6 +32,7 @@ from seqpack_cli.packing.histogram import (
     pack_length_histogram_greedy,
     pack_length_histogram_mffd,
 )
+from seqpack_cli.packing.lp import lp_lower_bound
 from seqpack_cli.packing.mffd import mffd_groups
 from seqpack_cli.packing.patterns import pattern_groups
 
@@ -128,6 +130,91 @@ def test_lower_bounds_by_kind() -> None:
     assert lower_bounds([(1, 10)], 10, 3) == LowerBound(1, 1, 4)  # ceil(10 / 3) when capped
     assert lower_bound([(1, 10)], 10, 3) == 4
     assert LowerBound(1, 1, 4).to_dict() == {"volume": 1, "size": 1, "number": 4}
+
+
+def test_dual_feasible_bound_sees_what_only_the_lp_saw() -> None:
+    # issue 21: `third_plus_one` at 4,096 tokens. Two of 1,366 fill a bin (1,364 left); one of
+    # 1,365 fits beside one of them (with another 1,365) but not two: weights 2 and 1, at most
+    # 4 in a bin, so (2 * 600 + 340) / 4 = 385 bins, where volume, size and number give 314.
+    bounds = lower_bounds([(1366, 600), (1365, 340), (10, 100)], 4096, None)
+    assert bounds == LowerBound(314, 314, 314, by_dff=385)
+    assert bounds.value == 385 == lp_lower_bound({1366: 600, 1365: 340, 10: 100}, 4096)
+    assert bounds.to_dict() == {"volume": 314, "size": 314, "number": 314, "dff": 385}
+    # exact at any count: 1.2e18 + 3.4e17 weighs more than int64 holds
+    huge = lower_bounds([(1366, 6 * 10**17), (1365, 34 * 10**16)], 4096, None)
+    assert huge.by_dff == 385 * 10**15
+    # where the dual-feasible functions add nothing, the report does not name them
+    assert lower_bounds([(8, 4), (7, 5), (5, 1)], 20, None).by_dff is None
+
+
+def brute_force_bins(lengths: list[int], max_seq_len: int, cap: int | None) -> int:
+    """The fewest bins for a few sequences, by trying every bin for each in turn."""
+    best = len(lengths)
+
+    def place(index: int, bins: list[list[int]]) -> None:
+        nonlocal best
+        if len(bins) >= best:
+            return
+        if index == len(lengths):
+            best = len(bins)
+            return
+        length = lengths[index]
+        for contents in bins:
+            if sum(contents) + length <= max_seq_len and (cap is None or len(contents) < cap):
+                contents.append(length)
+                place(index + 1, bins)
+                contents.pop()
+        place(index + 1, [*bins, [length]])
+
+    place(0, [])
+    return best
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    st.integers(6, 40).flatmap(
+        lambda m: st.tuples(
+            st.just(m), st.dictionaries(st.integers(1, m), st.integers(1, 3), max_size=4)
+        )
+    ),
+    st.one_of(st.none(), st.integers(1, 4)),
+)
+def test_dual_feasible_bound_never_exceeds_the_lp_bound_or_the_optimum(case, cap) -> None:
+    """cheap bounds (the dual-feasible ones included) <= LP bound <= optimum (brute force)."""
+    max_seq_len, histogram = case
+    lengths = np.array(sorted(histogram), dtype=np.int64)
+    counts = np.array([histogram[length] for length in lengths], dtype=np.int64)
+    by_dff = dff_lower_bound(lengths, counts, max_seq_len, cap)
+    bounds = lower_bounds(sorted(histogram.items(), reverse=True), max_seq_len, cap)
+    assert bounds.value == max(by_dff, bounds.by_volume, bounds.by_size, bounds.by_number)
+    assert bounds.by_dff is None or bounds.by_dff > max(
+        bounds.by_volume, bounds.by_size, bounds.by_number
+    )
+    if histogram:
+        assert bounds.value <= lp_lower_bound(histogram, max_seq_len, max_seqs_per_bin=cap)
+    sequences = [length for length, count in histogram.items() for _ in range(count)]
+    assert bounds.value <= brute_force_bins(sorted(sequences, reverse=True), max_seq_len, cap)
+
+
+@settings(max_examples=100, deadline=None)
+@given(
+    st.integers(2, 64).flatmap(lambda m: st.tuples(st.just(m), st.data())),
+    st.one_of(st.none(), st.integers(1, 4)),
+)
+def test_dual_feasible_bound_scales_with_the_counts(case, cap) -> None:
+    """A histogram times c needs at most c times its bins, and its bound is within c of c times
+    the original's (ceil(c x) against c ceil(x)): exact at any count, 1e15 times included."""
+    max_seq_len, data = case
+    histogram = data.draw(
+        st.dictionaries(st.integers(1, max_seq_len), st.integers(1, 50), min_size=1, max_size=12)
+    )
+    scale = data.draw(st.sampled_from([1, 7, 10**6, 10**15]))
+    lengths = np.array(sorted(histogram), dtype=np.int64)
+    counts = np.array([histogram[length] for length in lengths], dtype=np.int64)
+    bins = sum(pack_length_histogram_greedy(histogram, max_seq_len, max_seqs_per_bin=cap).values())
+    scaled = dff_lower_bound(lengths, counts * scale, max_seq_len, cap)
+    original = dff_lower_bound(lengths, counts, max_seq_len, cap)
+    assert scale * (original - 1) < scaled <= scale * original <= scale * bins
 
 
 def test_pattern_heuristic_takes_complements_first() -> None:

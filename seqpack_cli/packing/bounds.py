@@ -6,7 +6,9 @@ beat the best packing found so far. Every figure a user sees (`PackingStats.lowe
 the prepared manifest, `seqpack stats`, the sweep) is `LowerBound.value` of the packed lengths,
 through `lower_bounds_of_lengths`, so the reports and the engine agree on what "optimal" means.
 
-The LP bound (`seqpack_cli.packing.lp`) is the strongest, and costs a linear program: the
+The bounds of dual-feasible functions (`seqpack_cli.packing.dff`) see what volume, size and
+number cannot (`third_plus_one`: the LP bound, in a millisecond). The LP bound
+(`seqpack_cli.packing.lp`) is the strongest, and costs a linear program: the
 packer computes it only where the greedy packing misses the cheap bounds, and returns it with
 its templates (`seqpack_cli.packing.packed`), so that the reports of that packing show it
 (`LowerBound.by_lp`) without solving the LP again. Nothing here remembers anything: a bound is a
@@ -15,9 +17,11 @@ function of its histogram alone.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
+
+from seqpack_cli.packing.dff import dff_lower_bound
 
 __all__ = [
     "LowerBound",
@@ -39,16 +43,19 @@ class LowerBound:
         share a bin), and ceil(sequences / cap) when capped: bins filled by how many
         sequences they hold rather than by their tokens.
     by_lp: the LP bound (`seqpack_cli.packing.lp`), where it was computed (else None).
+    by_dff: the best bound of the dual-feasible functions of `seqpack_cli.packing.dff`, where
+        it is above the three before (else None: they are among those functions).
     """
 
     by_volume: int
     by_size: int
     by_number: int
     by_lp: int | None = None
+    by_dff: int | None = None
 
     @property
     def value(self) -> int:
-        return max(self.by_volume, self.by_size, self.by_number, self.by_lp or 0)
+        return max(self.by_volume, self.by_size, self.by_number, self.by_lp or 0, self.by_dff or 0)
 
     @property
     def is_lp(self) -> bool:
@@ -56,9 +63,11 @@ class LowerBound:
         return self.by_lp is not None and self.by_lp == self.value
 
     def to_dict(self) -> dict[str, int]:
-        """`{"volume": .., "size": .., "number": ..}` and `"lp"` where computed: which bound
-        binds, for a JSON report."""
+        """`{"volume": .., "size": .., "number": ..}`, `"dff"` where above those, and `"lp"`
+        where computed: which bound binds, for a JSON report."""
         bounds = {"volume": self.by_volume, "size": self.by_size, "number": self.by_number}
+        if self.by_dff is not None:
+            bounds["dff"] = self.by_dff
         if self.by_lp is not None:
             bounds["lp"] = self.by_lp
         return bounds
@@ -75,7 +84,7 @@ def lower_bounds(items: list[tuple[int, int]], max_seq_len: int, cap: int | None
         return LowerBound(0, 0, 0)
     lengths = np.array([length for length, _ in reversed(items)], dtype=np.int64)  # ascending
     counts = np.array([count for _, count in reversed(items)], dtype=np.int64)
-    return _capped(_bounds_of_sizes(lengths, counts, max_seq_len), counts, cap)
+    return _with_dff(lengths, counts, max_seq_len, cap)
 
 
 def lower_bounds_of_lengths(
@@ -94,8 +103,17 @@ def lower_bounds_of_lengths(
     size_array, num_array = size_array[order], num_array[order]
     starts = np.flatnonzero(np.concatenate(([True], size_array[1:] != size_array[:-1])))
     num_array = np.add.reduceat(num_array, starts)
-    size_array = size_array[starts]
-    return _capped(_bounds_of_sizes(size_array, num_array, max_seq_len), num_array, cap)
+    return _with_dff(size_array[starts], num_array, max_seq_len, cap)
+
+
+def _with_dff(
+    lengths: np.ndarray, counts: np.ndarray, max_seq_len: int, cap: int | None
+) -> LowerBound:
+    """Every cheap bound of `counts[i]` sequences of `lengths[i]` tokens (lengths distinct and
+    ascending); the dual-feasible functions' where they beat the others."""
+    bound = _capped(_bounds_of_sizes(lengths, counts, max_seq_len), counts, cap)
+    by_dff = dff_lower_bound(lengths, counts, max_seq_len, cap)
+    return replace(bound, by_dff=by_dff) if by_dff > bound.value else bound
 
 
 def _capped(bound: LowerBound, counts: np.ndarray, cap: int | None) -> LowerBound:
