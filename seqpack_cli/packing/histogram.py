@@ -109,8 +109,9 @@ def lower_bound_bins(
 
     The largest of: ceil(total tokens / max_seq_len); ceil(sequences / max_seqs_per_bin) when
     capped; Martello and Toth's L2, which counts the sequences longer than M/2 (no two share
-    a bin) and adds the volume of the shorter ones that cannot fit beside them; and the
-    sequences longer than M/(k+1) divided by k, for every k (at most k of them share a bin).
+    a bin) and adds the volume of the shorter ones that cannot fit beside them; the
+    sequences longer than M/(k+1) divided by k, for every k (at most k of them share a bin);
+    and the bounds of a few dual-feasible functions (`seqpack_cli.packing.dff`).
     """
     items = validate_length_counts(length_counts, max_seq_len)
     return lower_bound(items, max_seq_len, check_max_seqs_per_bin(max_seqs_per_bin))
