@@ -23,12 +23,12 @@ import pyarrow.parquet as pq
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from token_datasets import write_token_files
+from token_datasets import store_config, write_token_files
 from typer.testing import CliRunner
 
 from seqpack_cli.cli.app import app
 from seqpack_cli.errors import InputError
-from seqpack_cli.prepare import PrepareConfig, load_prepared, prepare_dataset
+from seqpack_cli.prepare import load_prepared, prepare_dataset
 from seqpack_cli.prepare import one_pass as one_pass_module
 from seqpack_cli.prepare.footers import widened_type
 from seqpack_cli.prepare.token_files import write_token_source
@@ -39,16 +39,7 @@ INT64_MIN = int(np.iinfo(np.int64).min)
 UINT64_MAX = int(np.iinfo(np.uint64).max)
 
 
-def _config(root: Path, **changes: Any) -> PrepareConfig:
-    options: dict[str, Any] = {
-        "inputs": [root / "in"],
-        "length_column": "n",
-        "max_seq_len": 16,
-        "output": root / "out",
-        "tokens_column": "input_ids",
-    }
-    options.update(changes)
-    return PrepareConfig(**options)
+_config = store_config
 
 
 @pytest.fixture(params=["one pass", "two passes"])

@@ -21,12 +21,12 @@ import pytest
 from conftest import same_batch
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
-from token_datasets import write_token_files
+from token_datasets import store_config, write_token_files
 from typer.testing import CliRunner
 
 from seqpack_cli.cli.app import app
 from seqpack_cli.errors import ConfigError, InputError, PreparedFormatError
-from seqpack_cli.prepare import PrepareConfig, load_prepared, prepare_dataset
+from seqpack_cli.prepare import load_prepared, prepare_dataset
 
 torch = pytest.importorskip("torch")
 from seqpack_cli.data import PackedDataset, PackedIterableDataset  # noqa: E402
@@ -34,16 +34,7 @@ from seqpack_cli.data import PackedDataset, PackedIterableDataset  # noqa: E402
 _write = write_token_files
 
 
-def _config(root: Path, **changes: Any) -> PrepareConfig:
-    options: dict[str, Any] = {
-        "inputs": [root / "in"],
-        "length_column": "n",
-        "max_seq_len": 16,
-        "output": root / "out",
-        "tokens_column": "input_ids",
-    }
-    options.update(changes)
-    return PrepareConfig(**options)
+_config = store_config
 
 
 def _rows(root: Path, column: str) -> list[list[int]]:

@@ -10,6 +10,8 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from seqpack_cli.prepare import PrepareConfig
+
 
 def write_token_files(
     root: Path,
@@ -51,3 +53,17 @@ def write_token_files(
             pa.table(columns), path, row_group_size=row_group_size, write_statistics=statistics
         )
     return root / "in"
+
+
+def store_config(root: Path, **changes: Any) -> PrepareConfig:
+    """A prepare of root/in (as `write_token_files` writes it) into root/out with a token store
+    of `input_ids`, lengths `n`, 16 tokens a bin; `changes` override any option."""
+    options: dict[str, Any] = {
+        "inputs": [root / "in"],
+        "length_column": "n",
+        "max_seq_len": 16,
+        "output": root / "out",
+        "tokens_column": "input_ids",
+    }
+    options.update(changes)
+    return PrepareConfig(**options)
