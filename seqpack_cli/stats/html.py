@@ -263,16 +263,21 @@ _CAP_COST_NOTE = (
 )
 
 
+def _row_key(row: SweepRow, capped: bool) -> list[str]:
+    """The cells that name a sweep row: its max_seq_len, and its cap where caps are compared."""
+    key = [_td(f"{row.max_seq_len:,}", left=True)]
+    if capped:
+        key.append(_td(cap_text(row.max_seqs_per_bin), left=True))
+    return key
+
+
 def _packing_rows(result: SweepResult) -> list[list[str]]:
     capped = result.is_capped
     rows = []
     for row in result.rows:
-        key = [_td(f"{row.max_seq_len:,}", left=True)]
-        if capped:
-            key.append(_td(cap_text(row.max_seqs_per_bin), left=True))
         rows.append(
             [
-                *key,
+                *_row_key(row, capped),
                 _td(f"{row.packed.num_bins:,}"),
                 _efficiency_cell(row.packed.efficiency),
                 _td(f"{row.packed.avg_seqs_per_bin:.2f}"),
@@ -294,12 +299,9 @@ def _per_bin_section(result: SweepResult) -> list[str]:
     rows = []
     for row in result.rows:
         square = row.max_seq_len * row.max_seq_len
-        key = [_td(f"{row.max_seq_len:,}", left=True)]
-        if capped:
-            key.append(_td(cap_text(row.max_seqs_per_bin), left=True))
         rows.append(
             [
-                *key,
+                *_row_key(row, capped),
                 _td(f"{row.packed.num_bins:,}"),
                 *([_td(f"{row.bins_vs_uncapped:+.2%}")] if capped else []),
                 _efficiency_cell(row.packed.efficiency),
