@@ -35,11 +35,67 @@ from seqpack_cli.errors import ConfigError, InputError, option
 from seqpack_cli.masking import check_max_num_seqs, require_torch, too_many_sequences_error
 from seqpack_cli.token_sources import FlatTokenSource, fetch, shown
 
-__all__ = ["FORMATS", "FlatTokenSource", "PackedCollator", "pack_one_bin"]
+__all__ = ["FORMATS", "FlatTokenSource", "PackedCollator", "pack_flat_tail", "pack_one_bin"]
 
 logger = logging.getLogger(__name__)
 
 FORMATS = ("padded", "padding_free", "maxtext", "hf")
+FLAT_FORMATS = ("padding_free", "hf")  # one flattened [1, total] row: what pad_to fixes
+
+
+def check_pad_to(pad_to: Any, format: str, max_seq_len: int) -> int | None:
+    """`pad_to` checked against the format (flattened rows only) and one full bin."""
+    if pad_to is None:
+        return None
+    if format not in FLAT_FORMATS:
+        raise ConfigError(
+            f"pad_to={pad_to!r} with format={format!r}, whose rows are already max_seq_len "
+            "long; use pad_to with format='hf' or 'padding_free', or leave it unset"
+        )
+    return check_int(
+        "pad_to",
+        pad_to,
+        minimum=max_seq_len,
+        fix="pass at least max_seq_len (batch_size * max_seq_len holds any batch of that size)",
+    )
+
+
+def pack_flat_tail(
+    features: dict[str, np.ndarray],
+    lengths: np.ndarray,
+    pad_to: int,
+    *,
+    pad_token_id: int,
+    label_pad_id: int,
+) -> np.ndarray:
+    """Append to a flattened batch (`[1, total]` arrays) one padding span up to `pad_to` tokens,
+    in place; returns the sequence lengths with that span as the last sequence.
+
+    The span is a sequence of its own (positions from 0, the next sequence index, its own
+    `cu_seq_lens` entry), so attention that keeps sequences apart never mixes it with a real
+    token, and every label in it is `label_pad_id` (loss weight 0): the loss, its denominator
+    (the number of targets) and every gradient are those of the batch without it.
+    """
+    total = int(lengths.sum())
+    if total > pad_to:
+        raise ConfigError(
+            f"the batch holds {total} tokens ({lengths.shape[0]} sequences), more than "
+            f"pad_to={pad_to}; set pad_to to at least rows per batch * max_seq_len"
+        )
+    slack = pad_to - total
+    if slack == 0:
+        return lengths
+    tail: dict[str, np.ndarray] = {
+        "input_ids": np.full(slack, pad_token_id, dtype=np.int64),
+        "labels": np.full(slack, label_pad_id, dtype=np.int64),
+        "position_ids": np.arange(slack, dtype=np.int64),
+        "seq_idx": np.full(slack, lengths.shape[0], dtype=np.int32),
+        "sequence_ids": np.full(slack, lengths.shape[0], dtype=np.int64),
+        "loss_weights": np.zeros(slack, dtype=np.float32),
+    }
+    for key, values in features.items():
+        features[key] = np.concatenate([values, tail[key][None].astype(values.dtype)], axis=1)
+    return np.append(lengths, slack)
 
 
 @dataclass(frozen=True)
@@ -194,6 +250,13 @@ class PackedCollator:
     unused tail repeats the total) for `torch.compile(dynamic=False)`; a batch with more than K
     sequences raises `ConfigError`.
 
+    `pad_to=N` (format "hf" or "padding_free") makes every batch exactly N tokens long (e.g.
+    `batch_size * max_seq_len`), so `torch.compile` sees one shape: the slack is one trailing
+    padding span, a sequence of its own (positions from 0, its own `cu_seq_lens` entry, the next
+    `seq_idx`), labelled `label_pad_id` throughout, so losses and gradients are those without
+    it (see `pack_flat_tail`). With `max_num_seqs=K` too, `cu_seq_lens_*` are fixed as well
+    (the span counts as one of the K sequences). A batch over N tokens raises `ConfigError`.
+
     `return_loss_weights=True` adds `loss_weights` (float32, shaped like `labels`): a target (a
     token whose label is not `label_pad_id`) gets `1 / m`, where m is the number of targets in its
     sequence (n - 1 for a sequence of n tokens without a loss mask); every other position gets
@@ -216,6 +279,7 @@ class PackedCollator:
         labels_source: Any = None,
         loss_mask_source: Any = None,
         truncate: bool = False,
+        pad_to: int | None = None,
     ) -> None:
         if format not in FORMATS:
             raise ConfigError(f"format={format!r}; expected one of {', '.join(FORMATS)}")
@@ -245,6 +309,7 @@ class PackedCollator:
         self.return_loss_weights = bool(return_loss_weights)
         self.max_num_seqs = None if max_num_seqs is None else check_max_num_seqs(max_num_seqs)
         self.truncate = bool(truncate)
+        self.pad_to = check_pad_to(pad_to, format, self.max_seq_len)
 
     def __repr__(self) -> str:
         labels = (
@@ -258,7 +323,7 @@ class PackedCollator:
             f"PackedCollator(max_seq_len={self.max_seq_len}, pad_token_id={self.pad_token_id}, "
             f"label_pad_id={self.label_pad_id}, format={self.format!r}, labels={labels}, "
             f"return_loss_weights={self.return_loss_weights}, max_num_seqs={self.max_num_seqs}, "
-            f"truncate={self.truncate})"
+            f"truncate={self.truncate}, pad_to={self.pad_to})"
         )
 
     def __call__(self, bins: Sequence[Sequence[int]]) -> dict[str, Any]:
@@ -282,9 +347,18 @@ class PackedCollator:
                 features["sequence_ids"] = layout.seq_index[None]
         if self.return_loss_weights:
             features["loss_weights"] = self._loss_weights(layout, targets)
+        lengths = layout.lengths
+        if self.pad_to is not None:
+            lengths = pack_flat_tail(
+                features,
+                lengths,
+                self.pad_to,
+                pad_token_id=self.pad_token_id,
+                label_pad_id=self.label_pad_id,
+            )
         batch: dict[str, Any] = {k: torch.from_numpy(v) for k, v in features.items()}
-        cu_seqlens = torch.from_numpy(self._cu_seqlens(layout.lengths))
-        max_seqlen = int(layout.lengths.max())
+        cu_seqlens = torch.from_numpy(self._cu_seqlens(lengths))
+        max_seqlen = int(lengths.max())
         if self.format == "hf":
             batch["cu_seq_lens_q"], batch["cu_seq_lens_k"] = cu_seqlens, cu_seqlens.clone()
             batch["max_length_q"] = batch["max_length_k"] = max_seqlen

@@ -593,3 +593,84 @@ def test_truncate_gives_each_sequence_its_first_tokens(lengths, cap, layout) -> 
     flat = rows.reshape(-1)
     got = [int(x) for x in flat if x != -1]
     assert got == [t for s in sequences for t in s[:cap]]
+
+
+# ---- pad_to: one fixed shape, nothing else changes ---------------------------------------------
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    lengths=st.lists(st.integers(1, 12), min_size=1, max_size=8),
+    fmt=st.sampled_from(["hf", "padding_free"]),
+    extra=st.integers(0, 20),
+    weights=st.booleans(),
+    max_num_seqs=st.sampled_from([None, 10]),
+)
+def test_pad_to_changes_nothing_but_the_shape(
+    lengths: list[int], fmt: str, extra: int, weights: bool, max_num_seqs: int | None
+) -> None:
+    # Every sequence keeps its tokens, labels, positions, index and cu_seq_lens entries; the
+    # slack is one trailing span of its own (positions from 0, labels -100, weight 0).
+    source = [list(range(100 * i, 100 * i + n)) for i, n in enumerate(lengths)]
+    bins = [[i] for i in range(len(lengths))]
+    max_seq_len = max(lengths)
+    pad_to = sum(lengths) + extra
+    options = {"format": fmt, "return_loss_weights": weights, "max_num_seqs": max_num_seqs}
+    plain = PackedCollator(source, max_seq_len, 5, **options)(bins)  # type: ignore[arg-type]
+    fixed = PackedCollator(source, max_seq_len, 5, pad_to=pad_to, **options)(bins)  # type: ignore[arg-type]
+    total, num_seqs = sum(lengths), len(lengths)
+    index_key = "seq_idx" if fmt == "hf" else "sequence_ids"
+    cu_key = "cu_seq_lens_q" if fmt == "hf" else "cu_seqlens"
+    max_key = "max_length_q" if fmt == "hf" else "max_seqlen"
+    for key in ["input_ids", "labels", "position_ids", index_key] + ["loss_weights"] * weights:
+        assert fixed[key].shape == (1, pad_to) and fixed[key].dtype == plain[key].dtype
+        assert torch.equal(fixed[key][:, :total], plain[key]), key
+    tail = slice(total, pad_to)
+    assert fixed["input_ids"][0, tail].tolist() == [5] * extra
+    assert fixed["labels"][0, tail].tolist() == [-100] * extra
+    assert fixed["position_ids"][0, tail].tolist() == list(range(extra))
+    assert fixed[index_key][0, tail].tolist() == [num_seqs] * extra
+    if weights:
+        assert fixed["loss_weights"][0, tail].abs().sum() == 0
+    span = [pad_to] if extra else []
+    real = plain[cu_key][: num_seqs + 1].tolist()
+    expected = real + span
+    if max_num_seqs is not None:
+        assert fixed[cu_key].shape == plain[cu_key].shape == (max_num_seqs + 1,)
+        expected += [pad_to] * (max_num_seqs + 1 - len(expected))
+    assert fixed[cu_key].tolist() == expected
+    assert fixed[max_key] == max(max(lengths), extra)
+
+
+def test_pad_to_refusals_name_the_option_and_the_fix() -> None:
+    with pytest.raises(ConfigError, match=r"pad_to=20 with format='padded'.*format='hf'"):
+        PackedCollator(SOURCE, MAX_SEQ_LEN, 0, pad_to=20)
+    with pytest.raises(ConfigError, match=r"pad_to.*at least max_seq_len"):
+        PackedCollator(SOURCE, MAX_SEQ_LEN, 0, format="hf", pad_to=MAX_SEQ_LEN - 1)
+    collator = PackedCollator(SOURCE, MAX_SEQ_LEN, 0, format="hf", pad_to=15)
+    with pytest.raises(ConfigError, match=r"holds 16 tokens .*more than pad_to=15; set pad_to"):
+        collator(BINS[:2])
+    # The padding span counts as one of the max_num_seqs sequences: 2 real ones, then the span.
+    fixed = PackedCollator(SOURCE, MAX_SEQ_LEN, 0, format="hf", pad_to=20, max_num_seqs=2)
+    with pytest.raises(ConfigError, match=r"holds 3 sequences but max_num_seqs=2"):
+        fixed([[4, 3]])
+
+
+def test_the_datasets_pass_pad_to_through() -> None:
+    from seqpack_cli.data import PackedDataset, PackedIterableDataset
+
+    templates = {(4, 3, 2, 1): 1, (6, 4): 1}  # two bins of 10 tokens of SOURCE, rows of 12
+    pools = {n: np.array([i for i, s in enumerate(SOURCE) if len(s) == n]) for n in (1, 2, 3, 4, 6)}
+    common = {"pad_token_id": 0, "seed": 0, "max_seq_len": 12, "format": "hf"}
+    dataset = PackedDataset((templates, pools), SOURCE, pad_to=12, **common)  # type: ignore[arg-type]
+    assert [dataset[k]["input_ids"].shape for k in range(len(dataset))] == [(1, 12), (1, 12)]
+    stream = PackedIterableDataset(
+        (templates, pools),
+        SOURCE,
+        pad_to=24,
+        batch_size=2,
+        **common,  # type: ignore[arg-type]
+    )
+    assert [batch["input_ids"].shape for batch in stream] == [(1, 24)]
+    with pytest.raises(ConfigError, match=r"pad_to=12 but a batch of batch_size=2 .*pad_to=24"):
+        PackedIterableDataset((templates, pools), SOURCE, pad_to=12, batch_size=2, **common)  # type: ignore[arg-type]

@@ -265,3 +265,25 @@ def test_hf_format_equals_data_collator_with_flattening(
         ]
     ours = PackedCollator(sequences, max_seq_len, 0, format="hf", **given)(bins)
     _assert_same_batch(ours, _hf_flattening(features))
+
+
+@pytest.mark.parametrize("attn_implementation", ["eager", "sdpa", VARLEN])
+def test_pad_to_gives_the_same_loss_and_gradients(attn_implementation: str) -> None:
+    # pad_to's slack is one padding span of its own (positions from 0, its own cu_seq_lens entry,
+    # labels -100): the model's mean loss, its denominator and every gradient are unchanged.
+    sequences = _sequences()
+    bins = [list(range(len(sequences)))]
+    results = []
+    for pad_to in [None, 100]:
+        collator = PackedCollator(sequences, sum(LENGTHS), 0, format="hf", pad_to=pad_to)
+        batch = collator(bins)
+        model = _model(attn_implementation).train()
+        loss = model(**batch).loss
+        loss.backward()
+        results.append((batch, loss.detach(), [p.grad.clone() for p in model.parameters()]))
+    (plain, plain_loss, plain_grads), (fixed, fixed_loss, fixed_grads) = results
+    assert fixed["input_ids"].shape == (1, 100) and plain["input_ids"].shape == (1, sum(LENGTHS))
+    assert int((fixed["labels"] != -100).sum()) == int((plain["labels"] != -100).sum())
+    torch.testing.assert_close(fixed_loss, plain_loss, atol=1e-6, rtol=1e-6)
+    for got, expected in zip(fixed_grads, plain_grads, strict=True):
+        torch.testing.assert_close(got, expected, atol=1e-6, rtol=1e-5)

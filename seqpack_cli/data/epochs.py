@@ -124,6 +124,7 @@ class PackedEpochs:
         loss_mask_source: Any = None,
         truncate: bool | None = None,
         verify: bool = False,
+        pad_to: int | None = None,
     ) -> None:
         source = resolve_source(source, verify)
         self._templates, self._pools, prepared_max_seq_len, self._prepared_path = split_source(
@@ -152,6 +153,7 @@ class PackedEpochs:
             labels_source=labels_source,
             loss_mask_source=loss_mask_source,
             truncate=truncated_by_prepare(source) if truncate is None else truncate,
+            pad_to=pad_to,
         )
         self.max_seq_len = self.collator.max_seq_len
         self._epoch = check_int("epoch", epoch, minimum=0)

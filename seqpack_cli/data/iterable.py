@@ -54,6 +54,8 @@ class PackedIterableDataset(PackedEpochs, IterableDataset):
         source, token_source, max_seq_len, pad_token_id, seed, epoch, label_pad_id, format,
             return_loss_weights, max_num_seqs, labels_source, loss_mask_source, truncate,
             verify: as for `PackedDataset`.
+        pad_to: as for `PackedCollator`; at least `batch_size * max_seq_len`, which any item
+            fits (with format="hf", every item is then `[1, pad_to]`).
         rank, world_size: this process's data-parallel rank and their number; default to
             `torch.distributed`'s when it is initialised (else 0 and 1).
         drop_last: drop the bins that do not divide evenly across ranks instead of wrapping.
@@ -82,6 +84,7 @@ class PackedIterableDataset(PackedEpochs, IterableDataset):
         loss_mask_source: Any = None,
         truncate: bool | None = None,
         verify: bool = False,
+        pad_to: int | None = None,
         batch_size: int = 1,
         drop_remainder: bool = False,
     ) -> None:
@@ -111,7 +114,14 @@ class PackedIterableDataset(PackedEpochs, IterableDataset):
             loss_mask_source=loss_mask_source,
             truncate=truncate,
             verify=verify,
+            pad_to=pad_to,
         )
+        if pad_to is not None and pad_to < self.batch_size * self.max_seq_len:
+            raise ConfigError(
+                f"pad_to={pad_to} but a batch of batch_size={self.batch_size} rows may hold "
+                f"{self.batch_size * self.max_seq_len} tokens; pass pad_to="
+                f"{self.batch_size * self.max_seq_len} (batch_size * max_seq_len)"
+            )
         self._start = 0  # where the next pass begins, in this rank's order
         self._position = 0  # bins consumed, counted by this process (or PackedDataLoader)
 

@@ -38,7 +38,8 @@ class PackedDataset(PackedEpochs, Dataset):
             loss mask unless `labels_source` / `loss_mask_source` is given.
         max_seq_len: row length; defaults to the prepared directory's (required for a pair).
         pad_token_id, label_pad_id, format, return_loss_weights, max_num_seqs, labels_source,
-            loss_mask_source: as for `PackedCollator`.
+            loss_mask_source, pad_to: as for `PackedCollator` (`pad_to=max_seq_len` makes every
+            "hf" item `[1, max_seq_len]`).
         truncate: keep the first max_seq_len tokens of longer sequences (`PackedCollator`);
             None (the default) does so exactly when the source was prepared with
             `--over-cap truncate`.
@@ -66,6 +67,7 @@ class PackedDataset(PackedEpochs, Dataset):
         loss_mask_source: Any = None,
         truncate: bool | None = None,
         verify: bool = False,
+        pad_to: int | None = None,
     ) -> None:
         super().__init__(
             source,
@@ -85,6 +87,7 @@ class PackedDataset(PackedEpochs, Dataset):
             loss_mask_source=loss_mask_source,
             truncate=truncate,
             verify=verify,
+            pad_to=pad_to,
         )
         # (plan, first bin, its bins, the last bin read, reads in order): see `_bin`.
         self._block: tuple[Any, int, list[list[int]], int, int] = (None, 0, [], -1, 0)
