@@ -1,0 +1,28 @@
+"""Hugging Face transformers integration: packed rows trained without a dense mask.
+
+- `register_attention()` (`attention`): registers the `"seqpack_varlen"` attention with
+  transformers and returns that name, so `attn_implementation="seqpack_varlen"` (in the config,
+  `from_pretrained(..., attn_implementation=...)` or `model.set_attn_implementation(...)`) makes
+  every attention layer attend within each packed sequence only, from the batch's
+  `cu_seq_lens_q` (what `PackedCollator(format="hf")` and transformers'
+  `DataCollatorWithFlattening` give). On CUDA it runs PyTorch's FlashAttention varlen kernel;
+  elsewhere an exact per-sequence computation.
+
+Importing this package needs neither torch nor transformers; `register_attention()` imports
+them and, without them, raises `MissingDependencyError` naming the extra to install.
+"""
+
+from __future__ import annotations
+
+from seqpack_cli.hf.names import ATTENTION_NAME
+
+__all__ = ["ATTENTION_NAME", "register_attention"]
+
+
+def register_attention() -> str:
+    """Register the `"seqpack_varlen"` attention (and its no-mask builder) with transformers
+    and return its name; calling it again changes nothing."""
+    # Imported here: the attention module needs torch and transformers, this package does not.
+    from seqpack_cli.hf.attention import register
+
+    return register()
