@@ -124,7 +124,7 @@ LAYERS: list[set[str]] = [
     {"epoch", "prepared", "masking"},
     {"packing", "sharding", "collate"},
     {"prepare", "data"},
-    {"stats"},
+    {"stats", "hf"},
     {"cli"},
 ]
 
