@@ -35,7 +35,15 @@ from seqpack_cli.errors import ConfigError, InputError, option
 from seqpack_cli.masking import check_max_num_seqs, require_torch, too_many_sequences_error
 from seqpack_cli.token_sources import FlatTokenSource, fetch, shown
 
-__all__ = ["FORMATS", "FlatTokenSource", "PackedCollator", "pack_flat_tail", "pack_one_bin"]
+__all__ = [
+    "FORMATS",
+    "FlatTokenSource",
+    "PackedCollator",
+    "check_pad_to",
+    "cu_seqlens_of",
+    "pack_flat_tail",
+    "pack_one_bin",
+]
 
 logger = logging.getLogger(__name__)
 
@@ -58,6 +66,19 @@ def check_pad_to(pad_to: Any, format: str, max_seq_len: int) -> int | None:
         minimum=max_seq_len,
         fix="pass at least max_seq_len (batch_size * max_seq_len holds any batch of that size)",
     )
+
+
+def cu_seqlens_of(lengths: np.ndarray, max_num_seqs: int | None = None) -> np.ndarray:
+    """Sequence boundaries (int32, `[num_sequences + 1]`); with `max_num_seqs=K`, K + 1 entries,
+    the unused tail repeating the total."""
+    cu_seqlens = np.zeros(lengths.shape[0] + 1, dtype=np.int32)
+    np.cumsum(lengths, out=cu_seqlens[1:])
+    if max_num_seqs is None:
+        return cu_seqlens
+    if lengths.shape[0] > max_num_seqs:
+        raise too_many_sequences_error(lengths.shape[0], max_num_seqs)
+    tail = np.full(max_num_seqs - lengths.shape[0], cu_seqlens[-1], dtype=np.int32)
+    return np.concatenate([cu_seqlens, tail])
 
 
 def pack_flat_tail(
@@ -452,11 +473,4 @@ class PackedCollator:
         return weights[None]
 
     def _cu_seqlens(self, lengths: np.ndarray) -> np.ndarray:
-        cu_seqlens = np.zeros(lengths.shape[0] + 1, dtype=np.int32)
-        np.cumsum(lengths, out=cu_seqlens[1:])
-        if self.max_num_seqs is None:
-            return cu_seqlens
-        if lengths.shape[0] > self.max_num_seqs:
-            raise too_many_sequences_error(lengths.shape[0], self.max_num_seqs)
-        tail = np.full(self.max_num_seqs - lengths.shape[0], cu_seqlens[-1], dtype=np.int32)
-        return np.concatenate([cu_seqlens, tail])
+        return cu_seqlens_of(lengths, self.max_num_seqs)

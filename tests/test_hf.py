@@ -287,3 +287,77 @@ def test_pad_to_gives_the_same_loss_and_gradients(attn_implementation: str) -> N
     torch.testing.assert_close(fixed_loss, plain_loss, atol=1e-6, rtol=1e-6)
     for got, expected in zip(fixed_grads, plain_grads, strict=True):
         torch.testing.assert_close(got, expected, atol=1e-6, rtol=1e-5)
+
+
+# ---- PackedRowsCollator: B format="hf" items -> one flattened batch ----------------------------
+
+
+@settings(max_examples=50, deadline=None)
+@given(
+    lengths=st.lists(st.integers(1, 9), min_size=1, max_size=10),
+    cuts=st.lists(st.integers(0, 10), max_size=4),
+    pad=st.sampled_from([None, 0, 7]),
+    max_num_seqs=st.sampled_from([None, 12]),
+    strip=st.booleans(),
+)
+def test_rows_collator_equals_collating_the_bins_together(
+    lengths: list[int], cuts: list[int], pad: int | None, max_num_seqs: int | None, strip: bool
+) -> None:
+    # B one-row items merged equal PackedCollator(format="hf") on the B bins at once, also when
+    # Trainer's remove_unused_columns has stripped seq_idx and cu_seq_lens_* from the items.
+    from seqpack_cli.hf.collator import PackedRowsCollator
+
+    source = [list(range(10 * i, 10 * i + n)) for i, n in enumerate(lengths)]
+    edges = sorted({0, len(lengths), *(min(c, len(lengths)) for c in cuts)})
+    bins = [list(range(s, e)) for s, e in itertools.pairwise(edges)]
+    max_seq_len = max(sum(lengths[i] for i in b) for b in bins)
+    pad_to = None if pad is None else sum(lengths) + pad
+    whole = PackedCollator(
+        source, max_seq_len, 3, format="hf", pad_to=pad_to, max_num_seqs=max_num_seqs
+    )(bins)
+    one_row = PackedCollator(source, max_seq_len, 3, format="hf")
+    items = [one_row([b]) for b in bins]
+    if strip:
+        items = [{k: item[k] for k in ("input_ids", "labels", "position_ids")} for item in items]
+    merged = PackedRowsCollator(pad_to=pad_to, max_num_seqs=max_num_seqs, pad_token_id=3)(items)
+    assert merged.keys() == whole.keys()
+    for key, value in whole.items():
+        if torch.is_tensor(value):
+            assert merged[key].dtype == value.dtype and torch.equal(merged[key], value), key
+        else:
+            assert merged[key] == value, key
+
+
+def test_rows_collator_refuses_what_is_not_an_hf_row() -> None:
+    from seqpack_cli.errors import ConfigError, InputError
+    from seqpack_cli.hf.collator import PackedRowsCollator
+
+    sequences = _sequences()
+    padded = PackedCollator(sequences, 64, 0)([[0, 1]])
+    with pytest.raises(ConfigError, match=r"item 0 has an attention_mask .*format='hf'"):
+        PackedRowsCollator()([padded])
+    hf_row = PackedCollator(sequences, 64, 0, format="hf")([[0, 1]])
+    with pytest.raises(InputError, match=r"item 1 of the batch has no 'labels'"):
+        PackedRowsCollator()([hf_row, {"input_ids": hf_row["input_ids"]}])
+    with pytest.raises(ConfigError, match=r"holds 10 tokens .*more than pad_to=8"):
+        PackedRowsCollator(pad_to=8)([hf_row])
+
+
+def test_a_dataloader_with_batch_size_takes_hf_items_through_the_rows_collator() -> None:
+    # Reported: DataLoader(dataset, batch_size=4) failed ("stack expects each tensor to be equal
+    # size"): an item is already a batch. With the collator, 4 items make one [1, 4 * L] row.
+    from torch.utils.data import DataLoader
+
+    from seqpack_cli.data import PackedDataset
+    from seqpack_cli.hf.collator import PackedRowsCollator
+
+    sequences = _sequences()
+    templates = {(n,): 1 for n in LENGTHS}
+    pools = {n: np.array([i]) for i, n in enumerate(LENGTHS)}
+    dataset = PackedDataset((templates, pools), sequences, pad_token_id=0, seed=0,
+                            max_seq_len=32, format="hf")  # fmt: skip
+    loader = DataLoader(dataset, batch_size=4, collate_fn=PackedRowsCollator(pad_to=4 * 32))
+    batches = list(loader)
+    assert [b["input_ids"].shape for b in batches] == [(1, 128), (1, 128)]
+    seen = [b["cu_seq_lens_q"].diff().tolist() for b in batches]
+    assert sorted(n for lengths in seen for n in lengths[:-1]) == sorted(LENGTHS)
