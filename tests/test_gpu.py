@@ -8,6 +8,9 @@ Skipped without a GPU (and FlashAttention without `flash_attn`).
 
 from __future__ import annotations
 
+import time
+
+import numpy as np
 import pytest
 
 from seqpack_cli.collate import PackedCollator
@@ -168,3 +171,111 @@ def test_flash_attn_varlen_with_cu_seqlens(max_num_seqs: int | None) -> None:
         causal=True,
     )
     check_flat(sequences, out, batch["cu_seqlens"], 3e-2)
+
+
+# ---- FlexAttention on fixed-shape padded rows: one compile, new pairings every batch -------------
+
+SECOND_BINS = [[3], [0, 2], [4, 5, 6, 7], [1, 8, 9]]  # other pairings, the same [4, 256] rows
+
+
+def sequences_for(bins: list[list[int]], dtype: torch.dtype, seed: int) -> list:
+    """Per-sequence leaves (q, k, v, upstream gradient) for `bins`, in batch order."""
+    gen = torch.Generator(device=device()).manual_seed(seed)
+    return [
+        tuple(
+            torch.randn(
+                LENGTHS[i], HEADS, HEAD_DIM, generator=gen, device=device(), dtype=dtype
+            ).requires_grad_(j < 3)
+            for j in range(4)
+        )
+        for b in bins
+        for i in b
+    ]
+
+
+def dynamo_compiles() -> tuple[int, int]:
+    """Graphs dynamo has made so far, and frames it compiled."""
+    from torch._dynamo.utils import counters
+
+    return counters["stats"]["unique_graphs"], counters["frames"]["ok"]
+
+
+@pytest.mark.filterwarnings("ignore::UserWarning")
+def test_compiled_flex_attention_does_not_recompile_for_new_pairings() -> None:
+    # The documented flex path: format="padded" rows of one shape and build_flex_block_mask. A
+    # second batch with other sequences (another block mask, the same shapes) reuses the compiled
+    # kernels, forward and backward, and is still exact per sequence.
+    flex = pytest.importorskip("torch.nn.attention.flex_attention")
+    torch._dynamo.reset()
+    compiled = torch.compile(flex.flex_attention)
+    collator = PackedCollator([list(range(n)) for n in LENGTHS], MAX_SEQ_LEN, 0)
+    compiles = []
+    for seed, bins in enumerate([BINS, SECOND_BINS, BINS]):
+        batch = {k: v.to(device()) if torch.is_tensor(v) else v for k, v in collator(bins).items()}
+        sequences = sequences_for(bins, torch.float32, seed)
+        q, k, v = packed_rows(sequences, batch)
+        block_mask = build_flex_block_mask(batch["sequence_ids"], causal=True)
+        out = compiled(q, k, v, block_mask=block_mask)
+        check_against_alone(sequences, out, batch, 2e-5)  # runs the backward too
+        compiles.append(dynamo_compiles())
+    assert compiles[0][0] >= 1  # it did compile
+    assert compiles[1] == compiles[0] == compiles[2], compiles
+
+
+def chat_rows(rng: np.random.Generator, rows: int, max_seq_len: int) -> list[list[int]]:
+    """`rows` bins of chat-like lengths (lognormal, mean ~250, at most max_seq_len - 46),
+    first fit: what a packed 1B-Llama step holds."""
+    bins: list[list[int]] = [[] for _ in range(rows)]
+    while True:
+        n = int(min(max_seq_len - 46, max(8, rng.lognormal(5.1, 0.9))))
+        open_bins = [b for b in bins if sum(b) + n <= max_seq_len]
+        if not open_bins:
+            return bins
+        open_bins[0].append(n)
+
+
+@pytest.mark.filterwarnings("ignore::UserWarning")
+def test_the_flex_block_mask_builds_well_under_a_step() -> None:
+    # The 1B Llama of issue 22 (16 layers, 16 heads of 128, bf16) at 8 rows of 4096: building the
+    # block mask once per step must cost a small part of the step's attention alone (16 layers,
+    # forward and backward), and new batches must not recompile.
+    flex = pytest.importorskip("torch.nn.attention.flex_attention")
+    torch._dynamo.reset()
+    compiled = torch.compile(flex.flex_attention)
+    rows, length, heads, head_dim, layers = 8, 4096, 16, 128, 16
+    rng = np.random.default_rng(0)
+    build_s, layer_s, compiles = [], [], []
+    for _ in range(6):
+        bins = chat_rows(rng, rows, length)
+        ids = torch.full((rows, length), 0, dtype=torch.int64)
+        for r, b in enumerate(bins):  # sequence ids as PackedCollator numbers them
+            ids[r] = torch.repeat_interleave(
+                torch.arange(len(b) + 1), torch.tensor([*b, length - sum(b)])
+            )
+        ids = ids.to(device())
+        torch.cuda.synchronize()
+        start = time.perf_counter()
+        block_mask = build_flex_block_mask(ids, causal=True)
+        torch.cuda.synchronize()
+        build_s.append(time.perf_counter() - start)
+        q, k, v = (
+            torch.randn(
+                rows, heads, length, head_dim, device=device(), dtype=torch.bfloat16
+            ).requires_grad_()
+            for _ in range(3)
+        )
+        torch.cuda.synchronize()
+        start = time.perf_counter()
+        compiled(q, k, v, block_mask=block_mask).sum().backward()
+        torch.cuda.synchronize()
+        layer_s.append(time.perf_counter() - start)
+        compiles.append(dynamo_compiles())
+    build_ms = 1e3 * float(np.median(build_s[1:]))
+    attention_ms = 1e3 * layers * float(np.median(layer_s[1:]))
+    print(
+        f"\nflex, 8 x 4096 chat rows, 16 heads x 128, bf16: build_flex_block_mask "
+        f"{build_ms:.2f} ms (median of 5), attention forward+backward x {layers} layers "
+        f"{attention_ms:.1f} ms"
+    )
+    assert len(set(compiles[1:])) == 1, compiles  # no recompile after the first batch
+    assert build_ms < 0.1 * attention_ms, (build_ms, attention_ms)
