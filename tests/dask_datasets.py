@@ -80,6 +80,7 @@ def tree(path: Path) -> dict[str, bytes]:
 def manifest_without_engine(path: Path) -> dict[str, Any]:
     manifest = json.loads((path / "manifest.json").read_text())
     manifest.pop("engine", None)
+    manifest.pop("manifest_sha256", None)  # the manifest's own digest covers `engine` too
     return manifest
 
 

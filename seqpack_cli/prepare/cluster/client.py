@@ -22,12 +22,20 @@ from typing import Any
 
 from seqpack_cli import __version__
 from seqpack_cli.errors import ConfigError, SeqpackError, option
+from seqpack_cli.prepare.cluster.handshake import check_scheduler
 from seqpack_cli.prepare.cluster.tasks import worker_info
 from seqpack_cli.prepare.cluster.tuning import ClusterTuning
 from seqpack_cli.prepare.config import PrepareConfig, engine_option
 from seqpack_cli.prepare.db import first_line
 
-__all__ = ["Cluster", "local_cluster", "open_cluster", "stop_tasks", "task_error"]
+__all__ = [
+    "Cluster",
+    "local_cluster",
+    "no_workers_error",
+    "open_cluster",
+    "stop_tasks",
+    "task_error",
+]
 
 logger = logging.getLogger(__name__)
 
@@ -50,8 +58,8 @@ class Cluster:
     duckdb_threads: int | None
     """DuckDB threads per task where this run decides them (a local cluster), else None."""
 
-    quieted: tuple[logging.Logger, int] | None = None
-    """The `distributed` logger and its level, while a local cluster's INFO lines are muted."""
+    quieted: list[tuple[logging.Logger, int]] | None = None
+    """Dask's loggers and their levels, while their lines are muted (`_quiet_logs`)."""
 
     def close(self) -> None:
         try:
@@ -59,8 +67,36 @@ class Cluster:
         finally:
             if self.local is not None:
                 self.local.close()
-            if self.quieted is not None:
-                self.quieted[0].setLevel(self.quieted[1])
+            _restore(self.quieted or [])
+
+
+def _quiet_level() -> int:
+    """The level of Dask's loggers while the engine runs: silent, unless this process logs INFO
+    (`LOGLEVEL=INFO`). Whatever goes wrong reaches the run as an error, worded in one line; what
+    distributed logs on the way (a lost scheduler's reconnection attempts, a task's "Compute
+    Failed" block, CancelledError tracebacks) would only bury that line."""
+    asked = logging.getLogger().getEffectiveLevel()  # distributed sets its own to INFO
+    return asked if asked <= logging.INFO else logging.CRITICAL + 1
+
+
+def _quiet_logs() -> list[tuple[logging.Logger, int]]:
+    """Mute `distributed` and each of its loggers that has a level of its own (Dask's config
+    gives `distributed.client` one); their previous levels, for `_restore`."""
+    level = _quiet_level()
+    names = ["distributed"] + [
+        name
+        for name, logger in logging.root.manager.loggerDict.items()
+        if name.startswith("distributed.") and isinstance(logger, logging.Logger) and logger.level
+    ]
+    quieted = [(logging.getLogger(name), logging.getLogger(name).level) for name in names]
+    for logger, _ in quieted:
+        logger.setLevel(level)
+    return quieted
+
+
+def _restore(quieted: list[tuple[logging.Logger, int]]) -> None:
+    for logger, level in quieted:
+        logger.setLevel(level)
 
 
 def _import_distributed() -> Any:
@@ -111,7 +147,7 @@ def local_cluster(workers: int) -> Any:
             threads_per_worker=1,
             processes=True,
             dashboard_address=None,  # nobody looks at it during a run: no web server to start
-            silence_logs=logging.WARNING,  # the workers: no INFO lines either
+            silence_logs=_quiet_level(),  # the workers' too: a task's error comes back here
         )
 
 
@@ -127,9 +163,11 @@ def _connect(distributed: Any, config: PrepareConfig, timeout_s: int) -> tuple[A
             ) from None
         logger.info("local Dask cluster: %d workers on %d cores", config.workers, cores)
         return distributed.Client(local), local
+    assert config.scheduler is not None
+    check_scheduler(config.scheduler, timeout_s)  # a bounded wait: the client's may not be
     try:
         return distributed.Client(config.scheduler, timeout=timeout_s), None
-    except (OSError, TimeoutError, ValueError) as error:
+    except (OSError, TimeoutError, ValueError, TypeError) as error:
         raise ConfigError(
             f"cannot reach the Dask scheduler at {config.scheduler} ({first_line(error)}); start "
             f"one (dask scheduler) and pass its address to {option('scheduler')}"
@@ -160,17 +198,11 @@ def _check_workers(client: Any, address: str, tuning: ClusterTuning) -> dict[str
 def open_cluster(config: PrepareConfig, tuning: ClusterTuning) -> Cluster:
     """The cluster `config` names (`scheduler` or `workers`), connected and checked."""
     distributed = _import_distributed()
-    quieted = None
-    if config.workers is not None:
-        # A cluster of this run's own: its start and stop are no news (warnings still show).
-        dask_logger = logging.getLogger("distributed")
-        quieted = (dask_logger, dask_logger.level)
-        dask_logger.setLevel(max(logging.WARNING, dask_logger.getEffectiveLevel()))
+    quieted = _quiet_logs()
     try:
         client, local = _connect(distributed, config, tuning.connect_timeout_s)
     except BaseException:
-        if quieted is not None:
-            quieted[0].setLevel(quieted[1])
+        _restore(quieted)
         raise
     try:
         address = config.scheduler or f"a local cluster of {config.workers} workers"
@@ -214,6 +246,21 @@ def task_error(error: BaseException, what: str) -> BaseException:
             "that the scheduler and its workers are running, then run prepare again"
         )
     return error
+
+
+def no_workers_error(cluster: Cluster, what: str, waited_s: float) -> ConfigError:
+    """The cluster lost every worker while the run waited for `what`."""
+    if cluster.local is not None:
+        fix = (
+            f"a worker may run out of memory: give the workers more, or lower "
+            f"{option('memory_limit')} or {option('threads')}"
+        )
+    else:
+        fix = f"start some (dask worker {cluster.address}), then run prepare again"
+    return ConfigError(
+        f"the Dask scheduler at {cluster.address} has no workers left (waited {waited_s:g} s) "
+        f"for {what}; {fix}"
+    )
 
 
 def _running(prefix: str, dask_worker: Any = None) -> list[str]:

@@ -28,8 +28,13 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any
 
-from seqpack_cli.errors import ConfigError, option
-from seqpack_cli.prepare.cluster.client import Cluster, open_cluster, stop_tasks
+from seqpack_cli.prepare.cluster.client import (
+    Cluster,
+    no_workers_error,
+    open_cluster,
+    stop_tasks,
+)
+from seqpack_cli.prepare.cluster.fingerprints import Fingerprint, fingerprints
 from seqpack_cli.prepare.cluster.groups import (
     FileGroup,
     GroupCounts,
@@ -40,6 +45,7 @@ from seqpack_cli.prepare.cluster.groups import (
     footer_chunks,
     kept_counts,
     merge_units,
+    with_fingerprints,
 )
 from seqpack_cli.prepare.cluster.merge import RunEncoding
 from seqpack_cli.prepare.cluster.merge_tasks import (
@@ -59,6 +65,7 @@ from seqpack_cli.prepare.cluster.tasks import (
 )
 from seqpack_cli.prepare.config import PrepareConfig
 from seqpack_cli.prepare.footers import InputFile, check_footers
+from seqpack_cli.prepare.one_pass import write_error
 from seqpack_cli.prepare.pools.engine import PoolScan, null_ids_error
 from seqpack_cli.prepare.pools.id_checks import duplicate_ids_error
 from seqpack_cli.prepare.scan import checked_histogram
@@ -112,11 +119,17 @@ class ClusterEngine:
         self._pools_tasks: dict[int, tuple[Any, Call]] = {}
         """Each group's pools task (its future and call), submitted as its histogram came."""
         self._pool_files: BackgroundPoolFiles | None = None
+        self._fingerprints: dict[Path, Fingerprint] = {}
+        """The driver's view of each input (`inspect`), which every task checks its own against."""
 
     # ---- the cluster -----------------------------------------------------------------------
 
     def __enter__(self) -> ClusterEngine:
-        self._cluster = open_cluster(self.config, self.tuning)
+        cluster = self._cluster = open_cluster(self.config, self.tuning)
+        patience = self.tuning.wait_workers_s
+        self._tasks.watch(
+            cluster.client, patience, lambda what: no_workers_error(cluster, what, patience)
+        )
         return self
 
     def __exit__(
@@ -165,16 +178,34 @@ class ClusterEngine:
     # ---- the passes ------------------------------------------------------------------------
 
     def inspect(self, paths: Sequence[Path]) -> list[InputFile]:
+        """The footers read by tasks, each task checking the files it reads against the
+        driver's fingerprints of them, taken here first."""
+        expected = fingerprints(paths)
         chunks = footer_chunks(len(paths), self.cluster.num_threads, self.tuning)
-        calls = [(read_footers, ([paths[i] for i in chunk],), len(chunk)) for chunk in chunks]
+        calls: list[Call] = [
+            (read_footers, ([paths[i] for i in chunk], [expected[i] for i in chunk]), len(chunk))
+            for chunk in chunks
+        ]
         footers = itertools.chain.from_iterable(self._run("footers", calls))
-        return check_footers(footers, self.config.length_column, self.config.id_column)
+        files = check_footers(footers, self.config.length_column, self.config.id_column)
+        self._fingerprints = {p: f for p, f in zip(paths, expected, strict=True) if f is not None}
+        return files
+
+    def _disk_error(self, writer: PreparedWriter, error: OSError) -> BaseException:
+        """A write into the output that failed for lack of room, here or in a task: the local
+        engine's line for it, which names the token store where there is one (the local engine
+        writes it first) and the pools otherwise."""
+        if self.config.tokens_column is not None:
+            return write_error(self.config, error)
+        return writer._write_error(error)  # the writer's own wording, not a copy of it
 
     def histogram(self, files: Sequence[InputFile], writer: PreparedWriter) -> dict[int, int]:
         """The histogram tasks; as each group's histogram arrives, the group's pools task is
         submitted (it needs only that group's counts), so the workers go on with the pools while
         the driver adds the histograms up, checks them and packs the templates."""
-        self._groups = balanced_groups(files, self.cluster.num_threads, self.tuning)
+        self._tasks.write_error = lambda error: self._disk_error(writer, error)
+        groups = balanced_groups(files, self.cluster.num_threads, self.tuning)
+        self._groups = with_fingerprints(groups, self._fingerprints)
         settings = self._settings()
         column = self.config.length_column
         calls = [(group_histogram, (g, column, settings), g.num_rows) for g in self._groups]
@@ -248,10 +279,7 @@ class ClusterEngine:
         try:
             self._pool_files.ready()
         except OSError as error:
-            raise ConfigError(
-                f"cannot create the pool files of {writer.output}: {error.strerror or error}; "
-                f"free some space or choose another {option('output')}"
-            ) from None
+            raise self._disk_error(writer, error) from None
         finally:
             self._close_pool_files()
 
@@ -341,8 +369,9 @@ class ClusterEngine:
         from seqpack_cli.prepare.cluster.store_driver import StoreHooks, write_cluster_store
 
         hooks = StoreHooks(
-            self._run, self._groups, self.cluster.num_threads, self._settings(), self._task_ids
-        )
+            self._run, self._groups, self.cluster.num_threads, self._settings(), self._task_ids,
+            self._fingerprints,
+        )  # fmt: skip
         return write_cluster_store(hooks, self.config, writer, paths)
 
     def write_split_store(
@@ -355,8 +384,9 @@ class ClusterEngine:
         from seqpack_cli.prepare.cluster.store_driver import StoreHooks, write_cluster_store
 
         hooks = StoreHooks(
-            self._run, self._groups, self.cluster.num_threads, self._settings(), self._task_ids
-        )
+            self._run, self._groups, self.cluster.num_threads, self._settings(), self._task_ids,
+            self._fingerprints,
+        )  # fmt: skip
         split = ClusterSplit(hooks, self.config, writer, kept)
         section = write_cluster_store(hooks, self.config, writer, paths, split)
         assert split.scan is not None

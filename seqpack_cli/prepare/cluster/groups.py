@@ -8,13 +8,16 @@ are counted over every range.
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import math
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 
 import numpy as np
 
+from seqpack_cli.prepare.cluster.fingerprints import Fingerprint
 from seqpack_cli.prepare.cluster.tuning import ClusterTuning
 from seqpack_cli.prepare.footers import InputFile
 from seqpack_cli.prepare.scan import HistogramPart
@@ -32,6 +35,7 @@ __all__ = [
     "kept_counts",
     "merge_units",
     "plan_groups",
+    "with_fingerprints",
 ]
 
 _DENSE_LENGTHS = 1 << 20  # lengths below this are added up in an array, longer ones in a dict
@@ -47,6 +51,9 @@ class FileGroup:
     """The index of its first file in the inputs' list."""
     first_row: int
     """The global row index of its first row (ids without an id column start there)."""
+    fingerprints: tuple[Fingerprint, ...] = ()
+    """The driver's fingerprint of each file, which every task checks before reading them
+    (`with_fingerprints`)."""
 
     @property
     def num_rows(self) -> int:
@@ -120,6 +127,16 @@ def balanced_groups(
         if count >= len(files):
             return plan_groups(files, tuning.max_group_rows)  # files too uneven to cut evenly
         count = math.ceil(count * 5 / 4 / threads) * threads  # a few tries even for 1e5 files
+
+
+def with_fingerprints(
+    groups: Sequence[FileGroup], prints: Mapping[Path, Fingerprint]
+) -> list[FileGroup]:
+    """The groups, each with the driver's fingerprints of its files (`prints`, by path)."""
+    return [
+        dataclasses.replace(group, fingerprints=tuple(prints[file.path] for file in group.files))
+        for group in groups
+    ]
 
 
 @dataclass(frozen=True)

@@ -35,7 +35,7 @@ import numpy as np
 from seqpack_cli.prepare.cluster.group_sort import ids_by_length
 from seqpack_cli.prepare.cluster.groups import FileGroup, GroupCounts
 from seqpack_cli.prepare.cluster.merge import RunEncoding, pwrite_encoded
-from seqpack_cli.prepare.cluster.tasks import TaskSettings, check_visible
+from seqpack_cli.prepare.cluster.tasks import TaskSettings, check_inputs, check_visible
 from seqpack_cli.prepare.pools import id_map
 from seqpack_cli.prepare.pools.engine import (
     first_null_id,
@@ -300,7 +300,8 @@ class _Group:
 
 def group_pools(job: PoolsJob, group: FileGroup, counts: GroupCounts) -> GroupPools:
     """Write the group's runs (`counts`: its histogram as kept)."""
-    check_visible((file.path for file in group.files), [job.runs_dir])
+    check_inputs(group.fingerprints)
+    check_visible((), [job.runs_dir])
     con = job.settings.connect()
     try:
         work = _Group(job, group, counts.as_dict(), con)

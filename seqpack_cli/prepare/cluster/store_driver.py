@@ -30,6 +30,7 @@ from typing import Any
 import numpy as np
 
 from seqpack_cli.errors import InputError
+from seqpack_cli.prepare.cluster.fingerprints import Fingerprint
 from seqpack_cli.prepare.cluster.groups import FileGroup, check_ranges
 from seqpack_cli.prepare.cluster.store_faults import (
     duplicate_error,
@@ -85,6 +86,8 @@ class StoreHooks:
     num_threads: int
     settings: TaskSettings
     task_ids: Callable[[int, int], int]
+    fingerprints: Mapping[Path, Fingerprint]
+    """The driver's view of each input, which every task checks the files it reads against."""
 
 
 def _create(path: Path, dtype: np.dtype[Any], count: int) -> None:
@@ -117,8 +120,9 @@ class _Store:
 
     def prepare(self) -> None:
         hooks = self.hooks
+        expected = [hooks.fingerprints[path] for path in self.paths]
         self.inputs, self.footer_errors = store_inputs(
-            hooks.run, hooks.num_threads, self.config, self.paths, self.columns
+            hooks.run, hooks.num_threads, self.config, expected, self.columns
         )
         if self.footer_errors:  # stream the tokens alone: their faults come first
             self.columns = {"tokens": self.columns["tokens"]}
@@ -174,7 +178,8 @@ class _Store:
             files = [(i, self.inputs["tokens"][i]) for i in range(first, stop)]
             ours = {role: starts[role][first : stop + 1].tolist() for role in self.columns}
             calls.append(
-                (write_group_store, (job, group.index, files, group.first_row, ours),
+                (write_group_store,
+                 (job, group.index, files, group.first_row, ours, group.fingerprints),
                  group.num_rows)
             )  # fmt: skip
         return self.hooks.run(phase, calls)
@@ -187,7 +192,8 @@ class _Store:
         index = min(faulty)
         file = self.inputs[role][index] if role in self.inputs else self.inputs["tokens"][index]
         ids = self.config.id_column if role == "tokens" else None
-        args = (file, role, self.columns[role], ids, self.dtypes[role], self.scratch)
+        expected = self.hooks.fingerprints[file.path]
+        args = (file, role, self.columns[role], ids, self.dtypes[role], self.scratch, expected)
         (error,) = self.hooks.run(f"word {role}", [(stream_error, args, 1)])
         return error if error is not None else changed_error()
 

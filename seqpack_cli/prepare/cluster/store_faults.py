@@ -17,7 +17,8 @@ from typing import Any
 import numpy as np
 
 from seqpack_cli.errors import InputError
-from seqpack_cli.prepare.cluster.tasks import check_visible
+from seqpack_cli.prepare.cluster.fingerprints import Fingerprint
+from seqpack_cli.prepare.cluster.tasks import check_inputs, check_visible
 from seqpack_cli.prepare.token_files import write_id_index
 from seqpack_cli.prepare.token_reading import IDS_BY_ROW_NAME, TokenInput, stream_token_lists
 from seqpack_cli.prepare.token_store import STORE_RULES
@@ -35,9 +36,12 @@ def stream_error(
     id_column: str | None,
     dtype: np.dtype[Any],
     scratch: Path,
+    expected: Fingerprint,
 ) -> InputError | None:
-    """The error the local store raises streaming `role`'s column of `file` (None if none)."""
-    check_visible([file.path], [scratch])
+    """The error the local store raises streaming `role`'s column of `file` (None if none), once
+    the file is checked against the driver's fingerprint of it (`expected`)."""
+    check_inputs([expected])
+    check_visible((), [scratch])
     with tempfile.TemporaryDirectory(dir=scratch) as folder:
         try:
             stream_token_lists(Path(folder), [file], column, id_column, dtype, STORE_RULES[role])

@@ -11,16 +11,16 @@ other role's for later (the local store reports it only after streaming the toke
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pyarrow.compute as pc
 
 from seqpack_cli.errors import InputError
+from seqpack_cli.prepare.cluster.fingerprints import Fingerprint
 from seqpack_cli.prepare.cluster.groups import footer_chunks
 from seqpack_cli.prepare.cluster.store_tasks import read_batches
-from seqpack_cli.prepare.cluster.tasks import check_visible
+from seqpack_cli.prepare.cluster.tasks import check_inputs
 from seqpack_cli.prepare.config import PrepareConfig
 from seqpack_cli.prepare.token_reading import (
     TokenInput,
@@ -35,13 +35,14 @@ __all__ = ["inspect_store_inputs", "store_dtype", "store_inputs"]
 
 
 def inspect_store_inputs(
-    paths: Sequence[Path], columns: Mapping[str, str], id_column: str | None
+    expected: Sequence[Fingerprint], columns: Mapping[str, str], id_column: str | None
 ) -> list[dict[str, TokenInput | InputError]]:
     """Each input's footer for each role's column ({role: TokenInput or the InputError the local
-    store raises for it}); a column without statistics gets its value range from a pass over it."""
-    check_visible(paths)
+    store raises for it}), once the files are checked against the driver's fingerprints
+    (`expected`); a column without statistics gets its value range from a pass over it."""
+    check_inputs(expected)
     found: list[dict[str, TokenInput | InputError]] = []
-    for path in paths:
+    for path in (print_.path for print_ in expected):
         entry: dict[str, TokenInput | InputError] = {}
         for role, column in columns.items():
             rule: ValueRule = STORE_RULES[role]
@@ -75,14 +76,16 @@ def store_inputs(
     run: Any,
     num_threads: int,
     config: PrepareConfig,
-    paths: Sequence[Path],
+    expected: Sequence[Fingerprint],
     columns: Mapping[str, str],
 ) -> tuple[dict[str, list[TokenInput]], dict[str, InputError]]:
-    """Every role's footers, and each role's first footer error (the tokens' raised now)."""
+    """Every role's footers, and each role's first footer error (the tokens' raised now), read
+    from the inputs the driver fingerprinted (`expected`, in the inputs' order)."""
     tuning = config.cluster_tuning
-    chunks = footer_chunks(len(paths), num_threads, tuning)
+    chunks = footer_chunks(len(expected), num_threads, tuning)
     calls = [
-        (inspect_store_inputs, ([paths[i] for i in chunk], columns, config.id_column), len(chunk))
+        (inspect_store_inputs, ([expected[i] for i in chunk], columns, config.id_column),
+         len(chunk))
         for chunk in chunks
     ]  # fmt: skip
     found = [entry for part in run("store footers", calls) for entry in part]

@@ -25,8 +25,9 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
+from seqpack_cli.prepare.cluster.fingerprints import Fingerprint
 from seqpack_cli.prepare.cluster.merge import pwrite_all
-from seqpack_cli.prepare.cluster.tasks import TaskSettings, check_visible
+from seqpack_cli.prepare.cluster.tasks import TaskSettings, check_inputs, check_visible
 from seqpack_cli.prepare.token_reading import (
     HEADER_BYTES,
     TARGET_VALUES_PER_BATCH,
@@ -311,11 +312,14 @@ def write_group_store(
     files: Sequence[tuple[int, TokenInput]],
     first_row: int,
     starts: Mapping[str, Sequence[int]],
+    expected: Sequence[Fingerprint],
 ) -> GroupStore:
     """Stream the group's `files` ((input index, footer) pairs, in order; the group's first row
     `first_row`) into the store: `starts[role][k]` is where file k's values go, and
-    `starts[role][-1]` where the group's end."""
-    check_visible((file.path for _, file in files), [job.root, job.runs_dir])
+    `starts[role][-1]` where the group's end; `expected`: the driver's fingerprints of the
+    files, checked first."""
+    check_inputs(expected)
+    check_visible((), [job.root, job.runs_dir])
     work = _Group(job, first_row, starts)
     try:
         for position, (index, file) in enumerate(files):

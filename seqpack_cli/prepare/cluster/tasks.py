@@ -4,8 +4,10 @@ Each is a pure function of its arguments (what it reads is named in them), so Da
 again after a worker dies, anywhere, with the same result. Each runs the project's own SQL
 through `prepare.db`, `prepare.footers` and `prepare.scan`, as the local engine does, on its
 group of files. A worker that cannot see an input or the output's temporary directory fails the
-task with one line saying so (`check_visible`): inputs and output must live on a filesystem
-every worker sees at the same path. The pools' tasks are in `pool_tasks` and `merge_tasks`.
+task with one line saying so (`check_visible`), and so does one that sees another file at an
+input's path than the driver did (`check_inputs`, against the driver's `fingerprints`): inputs
+and output must live on a filesystem every worker sees at the same path. The pools' tasks are
+in `pool_tasks` and `merge_tasks`.
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ from typing import Any
 
 from seqpack_cli import __version__
 from seqpack_cli.errors import ConfigError, InputError
+from seqpack_cli.prepare.cluster.fingerprints import Fingerprint, difference, fingerprint
 from seqpack_cli.prepare.cluster.groups import FileGroup, GroupHistogram
 from seqpack_cli.prepare.config import engine_option
 from seqpack_cli.prepare.footers import Footer, read_footer
@@ -34,6 +37,7 @@ from seqpack_cli.prepare.scan import (
 
 __all__ = [
     "TaskSettings",
+    "check_inputs",
     "check_visible",
     "group_histogram",
     "locate_id",
@@ -123,24 +127,50 @@ def check_visible(paths: Iterable[Path], directories: Iterable[Path] = ()) -> No
             )
 
 
-def read_footers(paths: Sequence[Path]) -> list[Footer | InputError]:
-    """The footers of consecutive inputs; a file's problem is returned in its place, and ends
-    the list (`scan.check_footers` raises it when its turn comes)."""
+def check_inputs(expected: Iterable[Fingerprint]) -> None:
+    """One line when this worker does not see an input, or sees another file at its path than
+    the driver did (`expected`, the driver's fingerprints): a stale copy would be read silently."""
+    for print_ in expected:
+        check_visible([print_.path])
+        found = difference(fingerprint(print_.path), print_)
+        if found is not None:
+            raise InputError(
+                f"input file {print_.path} on Dask worker {worker_name()} is not the file the "
+                f"driver read: {found}; {_SHARED}, with the same contents (a stale local copy?): "
+                f"give every worker the same files, or use {engine_option('local')}"
+            )
+
+
+def read_footers(
+    paths: Sequence[Path], expected: Sequence[Fingerprint | None]
+) -> list[Footer | InputError]:
+    """The footers of consecutive inputs, each checked against the driver's fingerprint of it
+    (None: the driver could not read it, so neither should this worker); a file's problem is
+    returned in its place, and ends the list (`scan.check_footers` raises it when its turn
+    comes)."""
     check_visible(paths)
     footers: list[Footer | InputError] = []
-    for path in paths:
+    for path, print_ in zip(paths, expected, strict=True):
         try:
-            footers.append(read_footer(path))
+            footer = read_footer(path)
         except InputError as error:
             footers.append(error)
             break
+        if print_ is None:
+            raise InputError(
+                f"input file {path} is readable on Dask worker {worker_name()} but not on the "
+                f"driver; {_SHARED}: give the driver the same files, or use "
+                f"{engine_option('local')}"
+            )
+        check_inputs([print_])
+        footers.append(footer)
     return footers
 
 
 def group_histogram(group: FileGroup, length_column: str, settings: TaskSettings) -> GroupHistogram:
     """The histogram query over one file group (`scan.histogram_part`), unchecked and compact:
     the driver adds the groups up and words any problem as the local engine does."""
-    check_visible(file.path for file in group.files)
+    check_inputs(group.fingerprints)
     con = settings.connect()
     try:
         part = histogram_part(con, group.files, length_column, first_file=group.first_file)
@@ -156,7 +186,7 @@ def locate_id(
     in the inputs' list, row) pairs."""
     import duckdb
 
-    check_visible(file.path for file in group.files)
+    check_inputs(group.fingerprints)
     con = settings.connect()
     try:
         params = {**read_params(group.files, id_column), "id": id_value}

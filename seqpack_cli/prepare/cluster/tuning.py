@@ -42,9 +42,10 @@ class ClusterTuning:
     """A group's ids go through the id map (a counting sort) when their span is at most this
     many times their count; sparser ids are sorted."""
     wait_workers_s: int = 60
-    """How long to wait for a scheduler's first worker."""
+    """How long to wait for a scheduler's first worker, and mid-run, for a worker again once
+    every worker is gone."""
     connect_timeout_s: int = 30
-    """How long to try to reach the scheduler."""
+    """How long to try to reach the scheduler and hear it answer as one."""
 
     def __post_init__(self) -> None:
         for field in dataclasses.fields(self):
