@@ -3,7 +3,8 @@
 `write_dataset` writes a few parquet files of uneven sizes (one of them empty, one in a
 subfolder) whose ids take the path through the pools pass that `ids` names; `assert_same_output`
 compares two prepared directories byte for byte, the manifest's `engine` entry aside;
-`kill_the_worker_running` SIGKILLs the worker that runs a given kind of task, mid-run.
+`kill_the_worker_running` SIGKILLs the worker that runs a given kind of task, mid-run;
+`stop_processes` stops the scheduler and workers a test started from the command line.
 """
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ from __future__ import annotations
 import json
 import os
 import signal
+import subprocess
 import time
 from concurrent.futures import Future
 from pathlib import Path
@@ -111,3 +113,16 @@ def kill_the_worker_running(client: Any, run: Future, key_part: str, timeout_s: 
         time.sleep(0.05)
     pid = client.run(os.getpid, workers=[busy[0]])[busy[0]]
     os.kill(pid, signal.SIGKILL)
+
+
+def stop_processes(processes: list[subprocess.Popen]) -> None:
+    """Terminate `processes` (last started first) and wait for them; kill what outlasts 30 s."""
+    for process in reversed(processes):
+        if process.poll() is None:
+            process.terminate()
+    for process in processes:
+        try:
+            process.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()

@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from dask_datasets import assert_same_output, leftovers, write_dataset
+from dask_datasets import assert_same_output, leftovers, stop_processes, write_dataset
 
 from seqpack_cli.errors import PreparedFormatError
 from seqpack_cli.prepare import PrepareConfig, load_prepared, prepare_dataset
@@ -52,18 +52,6 @@ class CommandLineCluster:
         while any(self.client.processing().values()) or any(self.executing().values()):
             assert time.monotonic() < deadline, "the cluster never went idle"
             time.sleep(0.1)
-
-
-def _stop(processes: list[subprocess.Popen]) -> None:
-    for process in reversed(processes):
-        if process.poll() is None:
-            process.terminate()
-    for process in processes:
-        try:
-            process.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait()
 
 
 @pytest.fixture(scope="module")
@@ -98,7 +86,7 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[CommandLineClu
     finally:
         if client is not None:
             client.close()
-        _stop(processes)
+        stop_processes(processes)
         log.close()
 
 

@@ -21,7 +21,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from dask_datasets import leftovers, write_dataset
+from dask_datasets import leftovers, stop_processes, write_dataset
 from dask_store_cases import random_sequences, write_tokens
 
 from seqpack_cli.errors import InputError
@@ -60,18 +60,6 @@ def _start(command: list[str], log: Path) -> subprocess.Popen:
         return subprocess.Popen(command, stdout=handle, stderr=handle)
 
 
-def _stop(processes: list[subprocess.Popen]) -> None:
-    for process in reversed(processes):
-        if process.poll() is None:
-            process.terminate()
-    for process in processes:
-        try:
-            process.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait()
-
-
 @pytest.fixture(scope="module")
 def stale_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, Path, Path]]:
     """A scheduler, a worker that sees the inputs, and one that sees a stale copy at their path;
@@ -105,7 +93,7 @@ def stale_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[st
             client.wait_for_workers(2, timeout=TIMEOUT_S)
         yield address, inputs, stale
     finally:
-        _stop(processes)
+        stop_processes(processes)
 
 
 def test_a_worker_seeing_a_stale_copy_fails_the_run_in_one_line(
