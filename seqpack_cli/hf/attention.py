@@ -56,6 +56,10 @@ _PACKED_BATCH = (
 )
 
 
+# What FlashAttention (varlen_attn on CUDA) computes in.
+_FLASH_DTYPES = (torch.float16, torch.bfloat16)
+
+
 def register() -> str:
     """Register the attention and its mask builder under `ATTENTION_NAME`; return the name.
 
@@ -116,6 +120,12 @@ def seqpack_varlen_attention(
         sliding_window = getattr(module, "sliding_window", None)
     cu_seq_lens, max_length = _sequence_boundaries(query, kwargs)
     if query.is_cuda:
+        if query.dtype not in _FLASH_DTYPES:
+            raise ConfigError(
+                f'attn_implementation="{ATTENTION_NAME}" runs FlashAttention on CUDA, which takes '
+                f"bfloat16 or float16, and the attention inputs are {query.dtype}: load the model "
+                "with dtype=torch.bfloat16, or run it under torch.autocast"
+            )
         output = _varlen_on_cuda(
             query, key, value, cu_seq_lens, max_length, scaling, sliding_window
         )
@@ -210,12 +220,6 @@ def _varlen_on_cuda(
     scaling: float | None,
     sliding_window: int | None,
 ) -> torch.Tensor:
-    if query.dtype not in (torch.float16, torch.bfloat16):
-        raise ConfigError(
-            f'attn_implementation="{ATTENTION_NAME}" runs FlashAttention on CUDA, which takes '
-            f"bfloat16 or float16, and the attention inputs are {query.dtype}: load the model "
-            "with dtype=torch.bfloat16, or run it under torch.autocast"
-        )
     varlen_attn, parameters = _varlen_kernel()
     batch_size, num_heads, length, head_dim = query.shape
     num_kv_heads = key.shape[1]
