@@ -56,7 +56,7 @@ import sys
 import time
 from collections import Counter
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, NoReturn
 
@@ -182,7 +182,6 @@ class Result:
     warmup_s: float = 0.0
     mean_loss: float = 0.0
     recompiles: int | None = None  # dynamo graphs compiled during the timed steps
-    extra: dict[str, Any] = field(default_factory=dict)
 
 
 # --- lengths, tokens, plan -------------------------------------------------------------------
@@ -512,7 +511,9 @@ def run_method(
         if os.environ.get("SEQPACK_DEBUG") == "1":
             logger.exception("%s failed", method.key)
         reason = " ".join(f"{type(error).__name__}: {error}".split())
-        result = Result(method, status=f"failed: {reason[:300]}")
+        # some kernels (cuBLAS, cuDNN) report running out of memory as a plain RuntimeError
+        oom = "out of memory" in reason.lower()
+        result = Result(method, status="OOM" if oom else f"failed: {reason[:300]}")
     # The exception (and its frames' tensors) is gone here, so the memory really is free.
     model.zero_grad(set_to_none=True)
     gc.collect()

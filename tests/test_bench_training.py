@@ -10,6 +10,7 @@ benchmark itself on CUDA with a tiny model.
 
 from __future__ import annotations
 
+import argparse
 import importlib.util
 import itertools
 import json
@@ -122,6 +123,29 @@ def test_too_few_sequences_for_the_steps_is_one_line(capsys: pytest.CaptureFixtu
     assert err.count("\n") == 1 and "raise --num-sequences" in err, err
 
 
+@pytest.mark.parametrize(
+    ("error", "status"),
+    [
+        (torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 64.00 GiB"), "OOM"),
+        (RuntimeError("CUBLAS_STATUS_ALLOC_FAILED: out of memory"), "OOM"),
+        (ValueError("a bad\nvalue"), "failed: ValueError: a bad value"),
+    ],
+)
+def test_a_method_that_fails_is_a_row_not_a_crash(
+    error: Exception, status: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    def fail(*args: object) -> None:
+        raise error
+
+    monkeypatch.setattr(bench, "train", fail)
+    env = bench.Env(torch.device("cpu"), torch.float32, cuda=False)
+    options = argparse.Namespace(warmup=1, steps=1, seed=0)
+    bias = next(m for m in bench.METHODS if m.key == "bias")
+    model = torch.nn.Linear(2, 2)
+    result = bench.run_method(model, {}, bias, small_workload(), options, env)
+    assert result.status == status
+
+
 lengths_strategy = st.lists(st.integers(1, 64), min_size=1, max_size=200).map(
     lambda values: np.asarray(values, dtype=np.int64)
 )
@@ -199,10 +223,12 @@ def test_sample_lengths_follows_the_histogram_cut_to_max_seq_len() -> None:
 
 
 def fake_varlen_attn(window_name: str) -> Any:
-    """A CPU stand-in for varlen_attn: causal sdpa on each sequence alone, in either signature."""
+    """A CPU stand-in for varlen_attn: causal sdpa on each sequence alone, in either signature
+    (q, k, v `[tokens, heads, dim]`, then cu_seq_q, cu_seq_k, max_q, max_k)."""
     sdpa = torch.nn.functional.scaled_dot_product_attention
 
-    def attend(q, k, v, cu_q, cu_k, max_q, max_k, *, scale=None, enable_gqa=False, **causal):  # type: ignore[no-untyped-def]
+    def attend(*tensors: Any, scale: Any, enable_gqa: bool, **causal: Any) -> Any:
+        q, k, v, cu_q, cu_k, max_q, max_k = tensors
         assert causal in ({"window_size": (-1, 0)}, {"is_causal": True})
         assert torch.equal(cu_q, cu_k) and max_q == max_k == int((cu_q[1:] - cu_q[:-1]).max())
         out = torch.empty_like(q)
@@ -214,18 +240,15 @@ def fake_varlen_attn(window_name: str) -> Any:
 
     if window_name == "is_causal":  # torch 2.10's signature: no window_size, no enable_gqa
 
-        def old(q, k, v, cu_q, cu_k, max_q, max_k, *, scale=None, is_causal=False):  # type: ignore[no-untyped-def]
-            return attend(q, k, v, cu_q, cu_k, max_q, max_k, scale=scale, is_causal=is_causal)
+        def old(*tensors: Any, scale: Any = None, is_causal: bool = False) -> Any:
+            return attend(*tensors, scale=scale, enable_gqa=False, is_causal=is_causal)
 
         return old
 
     def new(
-        q, k, v, cu_q, cu_k, max_q, max_k, *, scale=None, window_size=(-1, -1), enable_gqa=False
-    ):  # type: ignore[no-untyped-def]
-        return attend(
-            q, k, v, cu_q, cu_k, max_q, max_k, scale=scale, enable_gqa=enable_gqa,
-            window_size=window_size,
-        )  # fmt: skip
+        *tensors: Any, scale: Any = None, window_size: Any = (-1, -1), enable_gqa: bool = False
+    ) -> Any:
+        return attend(*tensors, scale=scale, enable_gqa=enable_gqa, window_size=window_size)
 
     return new
 
