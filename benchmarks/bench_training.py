@@ -29,7 +29,8 @@ a DataLoader with workers would have them ready; moving them to the GPU and buil
 or block mask from `sequence_ids` there are part of each timed step. `torch.cuda.synchronize`
 brackets the timed steps; the peak is `torch.cuda.max_memory_allocated`, reset per method (it
 includes the weights and AdamW's state). A method that runs out of memory is an `OOM` row; one
-that fails otherwise is a `failed:` row and the exit status is 1.
+that fails otherwise is a `failed:` row and the exit status is 1. The defaults (3 warm-up + 8
+timed steps per method) are sized for about 5 minutes of a 1b run on an H100.
 
 Lengths: `--distribution` draws `--num-sequences` lengths from a bench case
 (`distributions.py`; its `chat` has mean ~860 at L = 4096, not the mean 250 of issue 22's real
@@ -37,7 +38,7 @@ chat data), or `--prepared DIR` draws them from a prepared directory's length co
 over L are cut to L). Tokens are random; speed does not depend on their values. Only torch,
 transformers, numpy and the runtime part of seqpack are imported (no duckdb, polars, typer, rich).
 
-    python benchmarks/bench_training.py                      # CUDA: 1b, chat, L=4096, B=8 (~5 min)
+    python benchmarks/bench_training.py                      # CUDA: 1b, chat, L=4096, B=8
     python benchmarks/bench_training.py --model-size small --methods bias,flex,seqpack_varlen
     python benchmarks/bench_training.py --prepared prepared/ --json runs.jsonl
     python benchmarks/bench_training.py --smoke              # tiny model on CPU (the tests run it)
