@@ -295,3 +295,14 @@ def test_benchmark_runs_every_method_on_cuda(tmp_path: Path) -> None:
     # the same bins from the same weights: losses within bf16 rounding across attentions
     losses = [rows[key]["mean_loss"] for key in (*PACKED, "flex", "varlen_direct")]
     assert max(losses) - min(losses) < 0.05, losses
+
+
+def test_lengths_from_a_prepared_directory(
+    prepared_dir: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    args = ["--smoke", "--prepared", str(prepared_dir), "--methods", "bias,seqpack_varlen"]
+    assert bench.main([*args, "--warmup", "0", "--steps", "1"]) == 0
+    out = capsys.readouterr().out
+    assert f"prepared {prepared_dir}" in out
+    rows = [line for line in out.splitlines() if line.startswith("| seqpack")]
+    assert len(rows) == 2 and not any("skipped" in r or "failed" in r for r in rows), out
