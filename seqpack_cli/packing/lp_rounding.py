@@ -53,11 +53,14 @@ def pack_with_lp(
     greedy: Greedy,
     *,
     effort: float = 1.0,
+    repack: Greedy | None = None,
+    exchange: bool = True,
 ) -> tuple[Counter[BinTemplate], int]:
     """Pack `items` ((length, count), longest first) from the LP: column generation started
     from the templates of `start` (a packing of the same items), with `effort` of its work
-    budget (`seqpack_cli.packing.lp.solve_lp`), then `round_lp_solution`. Returns the
-    templates and the LP's lower bound on the bins of any packing of `items`."""
+    budget (`seqpack_cli.packing.lp.solve_lp`), then `round_lp_solution` (`repack`,
+    `exchange`: as there). Returns the templates and the LP's lower bound on the bins of any
+    packing of `items`."""
     lengths = np.array([length for length, _ in reversed(items)], dtype=np.int64)
     counts = np.array([count for _, count in reversed(items)], dtype=np.int64)
     index = {int(length): i for i, length in enumerate(lengths.tolist())}
@@ -67,14 +70,18 @@ def pack_with_lp(
         keys = sorted(found)
         initial.append((np.array(keys, dtype=np.int64), np.array([found[k] for k in keys])))
     solution = solve_lp(lengths, counts, max_seq_len, cap, initial, effort=effort)
-    return round_lp_solution(solution, greedy), solution.bound
+    templates = round_lp_solution(solution, greedy, repack=repack, exchange=exchange)
+    return templates, solution.bound
 
 
-def round_lp_solution(solution: LPSolution, greedy: Greedy) -> Counter[BinTemplate]:
+def round_lp_solution(
+    solution: LPSolution, greedy: Greedy, *, repack: Greedy | None = None, exchange: bool = True
+) -> Counter[BinTemplate]:
     """Bin templates for `solution`'s histogram: the fewest bins over the rounding thresholds
     of `ROUNDING_THRESHOLDS` (each rounded solution's slots assigned, what is left packed by
-    `greedy`: items (length, count), longest first), then the slack of its bins at the cap
-    gathered by exchanges (`seqpack_cli.packing.bin_exchange.tighten_bins`)."""
+    `greedy`: items (length, count), longest first), then, with `exchange`, the slack of its
+    bins at the cap gathered by exchanges (`seqpack_cli.packing.bin_exchange.tighten_bins`,
+    its last rounds' pool packed by `repack` where given)."""
     best: Counter[BinTemplate] | None = None
     best_bins = 0
     for threshold in ROUNDING_THRESHOLDS:
@@ -83,7 +90,9 @@ def round_lp_solution(solution: LPSolution, greedy: Greedy) -> Counter[BinTempla
         if best is None or num_bins < best_bins:
             best, best_bins = templates, num_bins
     assert best is not None
-    return tighten_bins(best, solution.max_seq_len, solution.cap, greedy)
+    if not exchange:
+        return best
+    return tighten_bins(best, solution.max_seq_len, solution.cap, greedy, repack)
 
 
 def _round_at(solution: LPSolution, threshold: float, greedy: Greedy) -> Counter[BinTemplate]:
