@@ -383,11 +383,15 @@ def test_bin_exchange_pool_repacked_by_the_lp_keeps_the_histogram(case) -> None:
 
 
 def test_bin_exchange_pool_is_repacked_by_the_lp_where_greedy_wastes_bins() -> None:
-    """Bins of 8 at 1,024 tokens, each 64 tokens short, beside bins of 2 and 3 with room: the
-    greedy rounds save no bin (15,000), the pool repacked by the LP saves 520 (the bound:
-    14,375)."""
+    """20,000 full bins of 8 at 1,024 tokens; 1,000 bins of 8 each 64 tokens short, and 800 of
+    2 or 3 with room. The pool of the exchanges (about 64 times the slack: the bins below the
+    cap and some full ones: a third of the sequences) repacked by the greedy engine saves 5
+    bins; repacked by the LP, 114: the packing is at its lower bound."""
     cap, max_seq_len = 8, 1024
-    templates = Counter({(120,) * 8: 10_000, (600, 300, 60): 3_000, (900, 50): 2_000})
+    full = (512, 256, 128, 64, 32, 16, 8, 8)
+    templates = Counter(
+        {full: 20_000, (120,) * 8: 1_000, (600, 300, 60): 300, (900, 50): 200, (500, 400, 60): 300}
+    )
     histogram = flatten(templates)
     calls = []
 
@@ -400,10 +404,31 @@ def test_bin_exchange_pool_is_repacked_by_the_lp_where_greedy_wastes_bins() -> N
 
     by_greedy = bin_exchange.tighten_bins(templates, max_seq_len, cap, greedy)
     tightened = bin_exchange.tighten_bins(templates, max_seq_len, cap, greedy, repack)
-    assert calls
+    pooled = sum(n for _, n in calls[0])
+    assert len(calls) == 1 and pooled < sum(histogram.values()) // 2  # a pool, not all
     assert_valid_packing(tightened, histogram, max_seq_len, cap)
-    assert sum(by_greedy.values()) == 15_000
-    assert sum(tightened.values()) < 15_000
+    assert sum(by_greedy.values()) == 21_795
+    bound = lower_bound_bins(histogram, max_seq_len, max_seqs_per_bin=cap)
+    assert sum(tightened.values()) == bound == 21_686
+    assert tightened[full] > 0  # the full bins not dissolved stay
+
+
+def test_bin_exchange_never_dissolves_every_bin() -> None:
+    """Bins at a cap of 2 and half empty (the count, not the tokens, limits them): 16 times the
+    slack is more than all the tokens, so a round would dissolve every bin and repack the
+    histogram from scratch. It leaves the packing as it is, never calling the repacking (it
+    used to, for 2 s at 8 per bin and 8,192 tokens, to save no bin)."""
+    templates = Counter({(3, 2): 1_000, (4, 1): 500, (5,): 10})
+    calls = []
+
+    def pack(rest):
+        calls.append(rest)
+        return pack_length_histogram_greedy(dict(rest), 10, max_seqs_per_bin=2)
+
+    for factor in bin_exchange._POOL_SLACK_FACTORS:
+        assert bin_exchange._tighten_once(templates, 10, 2, pack, factor) == templates
+    assert bin_exchange.tighten_bins(templates, 10, 2, pack, pack) == templates
+    assert calls == []
 
 
 def test_bin_exchange_swaps_a_longer_pool_sequence_into_a_bin_at_the_cap() -> None:

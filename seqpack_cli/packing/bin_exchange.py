@@ -97,6 +97,11 @@ def _tighten_once(
     slack = sum((max_seq_len - sum(template)) * n for template, n in templates.items())
     if slack < max_seq_len:
         return templates  # not even one bin's worth of slack to gather
+    if factor * slack >= max_seq_len * sum(templates.values()) - slack:
+        # every bin would be dissolved: no exchange, the whole histogram repacked from scratch,
+        # as the packer did before (where the count, not the tokens, limits the bins, as at 8
+        # per bin and 8,192 tokens: a quarter of the tokens is slack; 2 s for no bin saved)
+        return templates
     kept, pool = _dissolve(templates, factor * slack, cap)
     if not pool:
         return templates
