@@ -336,7 +336,7 @@ def test_a_non_editable_install_runs_prepare(
         check=True,
         capture_output=True,
     )
-    (wheel,) = (tmp_path / "dist").glob("seqpack-*.whl")
+    (wheel,) = (tmp_path / "dist").glob("seqpack_cli-*.whl")  # the distribution seqpack-cli
     names = zipfile.ZipFile(wheel).namelist()
     for sql in (REPO / "sql").glob("*.sql"):
         assert f"seqpack_cli/sql/{sql.name}" in names
