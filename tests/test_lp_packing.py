@@ -945,3 +945,21 @@ def test_chat_at_8_per_bin_is_within_a_thousandth_of_the_bound() -> None:
     assert packed.bound is not None
     bound = packed.bound.bound.value
     assert bound <= sum(packed.values()) <= bound * 1.001
+
+
+def test_exchange_pool_is_repacked_by_the_lp_at_the_full_effort_only(monkeypatch) -> None:
+    """prepare's default (`lp_effort=1`) repacks the bin exchanges' last pool with the LP; the
+    stats sweep's `lp_effort=0.5`, which trades bins for time, keeps the greedy repacking."""
+    calls = []
+    real = histogram_module._pack_exchange_pool
+    monkeypatch.setattr(
+        histogram_module, "_pack_exchange_pool", lambda *a: calls.append(a) or real(*a)
+    )
+    counts = code_like(1024, 100_000)
+    full = pack_length_histogram_batched(counts, 1024, max_seqs_per_bin=8)
+    assert len(calls) == 1
+    calls.clear()
+    half = pack_length_histogram_batched(counts, 1024, max_seqs_per_bin=8, lp_effort=0.5)
+    assert calls == []
+    assert_valid_packing(full, counts, 1024, 8)
+    assert_valid_packing(half, counts, 1024, 8)

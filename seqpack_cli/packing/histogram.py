@@ -65,6 +65,10 @@ _FULL_BUDGET_GAP = 1e-3
 # more; 0.1: 20,970,589 in 1.4 s; `code`, 8,192 tokens, 1e6 sequences: 152,289 in 1.4 s more,
 # 152,268 in 2.5 s; none: 20,980,665 and 152,325).
 _POOL_LP_EFFORT = 0.02
+# ... where `lp_effort` is at least this: the stats sweep's 0.5 trades bins for time, and there
+# the repack cost 0.3-0.6 s per capped row of 8M rows at 1024-4096 tokens (+20% of the sweep)
+# for 0-0.02% of the bins.
+_POOL_LP_FROM_EFFORT = 1.0
 
 # The exact classic strategies. Each runs once, with the bins of the best packing so far as its
 # `limit`: bins are only ever opened, so it stops (None) as soon as it has opened that many, and
@@ -201,8 +205,10 @@ def pack_length_histogram_batched(
     def repack(pool: list[tuple[int, int]]) -> Counter[BinTemplate]:
         return _pack_exchange_pool(pool, max_seq_len, cap, effort * share)
 
+    # the exchanges' last pool repacked by the LP too, at the full effort only (prepare's)
+    exchange_pool = repack if effort >= _POOL_LP_FROM_EFFORT else None
     packed, by_lp = pack_with_lp(
-        items, max_seq_len, cap, greedy, finish, effort=effort * share, repack=repack
+        items, max_seq_len, cap, greedy, finish, effort=effort * share, repack=exchange_pool
     )
     packed_bins = sum(packed.values())
     logger.debug(
