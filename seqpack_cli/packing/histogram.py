@@ -181,8 +181,9 @@ def pack_length_histogram_batched(
     near the bound it costs what greedy does. `lp_effort` (0 to 1):
     the share of the LP's work budget to spend; less packs faster, a little farther from the
     optimum (the `max_seq_len` sweep of `seqpack stats`, which packs many histograms, spends
-    half). The result is a `Counter` of templates (`PackedTemplates`) that carries, as `bound`,
-    the lower bound the engine proved for this histogram (the LP's where it solved it), which
+    half; below 1 the bin exchanges' pool is repacked by the greedy engine only). The result
+    is a `Counter` of templates (`PackedTemplates`) that carries, as `bound`, the lower bound
+    the engine proved for this histogram (the LP's where it solved it), which
     `PackingStats.from_templates` and the reports show.
     Raises `InputError` for a length outside [1, max_seq_len] and `ConfigError` for a bad
     `max_seq_len`, `max_seqs_per_bin` or `lp_effort`.
