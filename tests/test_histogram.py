@@ -528,6 +528,16 @@ def test_residual_lower_bound_never_exceeds_a_packing(case, rng) -> None:
     )
 
 
+def test_bounds_of_lengths_ignore_lengths_of_no_sequence() -> None:
+    # found by the property below: a length of no sequence (16) between the others made the
+    # dual-feasible bound pick a weaker staircase (None: no better than 2) where it is 3
+    lengths, counts = np.array([21, 10, 10, 10, 16]), np.array([1, 1, 1, 1, 0])
+    got = lower_bounds_of_lengths(lengths, counts, 30, 2)
+    assert got == lower_bounds([(21, 1), (10, 3)], 30, 2)
+    assert got.value == 3
+    assert lower_bounds_of_lengths(np.array([5, 7]), np.array([0, 0]), 30, 2).value == 0
+
+
 @settings(max_examples=100, deadline=None)
 @given(histograms(), caps, st.randoms(use_true_random=False))
 def test_bounds_of_lengths_in_any_order_equal_the_histograms(case, cap, rng) -> None:

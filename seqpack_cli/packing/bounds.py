@@ -103,7 +103,12 @@ def lower_bounds_of_lengths(
     size_array, num_array = size_array[order], num_array[order]
     starts = np.flatnonzero(np.concatenate(([True], size_array[1:] != size_array[:-1])))
     num_array = np.add.reduceat(num_array, starts)
-    return _with_dff(size_array[starts], num_array, max_seq_len, cap)
+    # only the lengths present: the dual-feasible functions' parameters come from the lengths
+    # (a length of no sequence once chose a weaker staircase: 2 bins where 3 is the bound)
+    present = num_array > 0
+    if not present.any():
+        return LowerBound(0, 0, 0)
+    return _with_dff(size_array[starts][present], num_array[present], max_seq_len, cap)
 
 
 def _with_dff(
