@@ -52,17 +52,7 @@ def make_batch(fmt: str = "padded", **options: object) -> dict:
 
 def make_sequences(dtype: torch.dtype) -> list[tuple[torch.Tensor, ...]]:
     """Per-sequence leaves (q, k, v, upstream gradient), each [n, H, d], in batch order."""
-    gen = torch.Generator(device=device()).manual_seed(0)
-    order = [i for b in BINS for i in b]
-    return [
-        tuple(
-            torch.randn(
-                LENGTHS[i], HEADS, HEAD_DIM, generator=gen, device=device(), dtype=dtype
-            ).requires_grad_(j < 3)
-            for j in range(4)
-        )
-        for i in order
-    ]
+    return sequences_for(BINS, dtype, seed=0)
 
 
 def alone(sequences: list[tuple[torch.Tensor, ...]]) -> tuple[list, list]:

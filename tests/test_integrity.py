@@ -17,12 +17,12 @@ import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from token_datasets import write_token_files
+from token_datasets import store_config, write_token_files
 from typer.testing import CliRunner
 
 from seqpack_cli.cli.app import app
 from seqpack_cli.errors import PreparedFormatError
-from seqpack_cli.prepare import PrepareConfig, prepare_dataset
+from seqpack_cli.prepare import prepare_dataset
 from seqpack_cli.prepared import load_prepared, write_prepared
 from seqpack_cli.prepared import reader as reader_module
 from seqpack_cli.prepared.integrity import (
@@ -58,15 +58,7 @@ def _sequences(n: int, seed: int = 0) -> list[list[int]]:
 def _store(root: Path, n: int = 30, seed: int = 0, **options: Any) -> Path:
     """A prepared directory with a token store (uint16 tokens) of `n` sequences."""
     write_token_files(root, _sequences(n, seed), **options.pop("files", {}))
-    config = {
-        "inputs": [root / "in"],
-        "length_column": "n",
-        "max_seq_len": 16,
-        "output": root / "out",
-        "tokens_column": "input_ids",
-        **options,
-    }
-    prepare_dataset(PrepareConfig(**config))
+    prepare_dataset(store_config(root, **options))
     return root / "out"
 
 
@@ -356,15 +348,7 @@ def test_a_swap_while_loading_a_store_retries_on_the_new_copy(
         result = read_contents(root, *args, **kwargs)
         if not swaps:
             swaps.append("done")
-            config = PrepareConfig(
-                inputs=[tmp_path / "b" / "in"],
-                length_column="n",
-                max_seq_len=16,
-                output=path,
-                tokens_column="input_ids",
-                overwrite=True,
-            )
-            prepare_dataset(config)
+            prepare_dataset(store_config(tmp_path / "b", output=path, overwrite=True))
         return result
 
     monkeypatch.setattr(reader_module, "_read_contents", swap_then_read)
@@ -389,16 +373,7 @@ def test_spawned_workers_refuse_a_directory_replaced_since_it_was_opened(tmp_pat
     dataset = PackedDataset(load_prepared(path), pad_token_id=0, seed=1)
     first = dataset[0]["input_ids"]
     write_token_files(tmp_path / "b", _sequences(50, seed=2))
-    prepare_dataset(
-        PrepareConfig(
-            inputs=[tmp_path / "b" / "in"],
-            length_column="n",
-            max_seq_len=16,
-            output=path,
-            tokens_column="input_ids",
-            overwrite=True,
-        )
-    )
+    prepare_dataset(store_config(tmp_path / "b", output=path, overwrite=True))
     assert torch.equal(dataset[0]["input_ids"], first)  # this process still serves its copy
     loader = torch.utils.data.DataLoader(
         dataset,
