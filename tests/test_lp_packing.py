@@ -329,6 +329,43 @@ def test_slot_assignment_places_every_sequence_once(case, data) -> None:
     assert sum(placed.values()) <= sum(bins)
 
 
+def _slot_assignment_bin_by_bin(lengths, counts, groups):
+    """`assign_slots` one slot at a time: every bin of every group laid out, the slots of each
+    length in (group, bin) order; longest first, each length takes its own free slots, then the
+    shortest longer ones, in that order."""
+    slots: dict[int, list[tuple[int, int]]] = {item: [] for item in range(len(lengths))}
+    for group, ((items, copies), num_bins) in enumerate(groups):
+        for bin_index in range(num_bins):
+            for item, copy in zip(items.tolist(), copies.tolist(), strict=True):
+                slots[item].extend([(group, bin_index)] * copy)
+    taken = dict.fromkeys(slots, 0)
+    contents: dict[tuple[int, int], list[int]] = {}
+    remaining = list(counts)
+    for item in range(len(lengths) - 1, -1, -1):
+        for slot in range(item, len(lengths)):
+            while remaining[item] and taken[slot] < len(slots[slot]):
+                contents.setdefault(slots[slot][taken[slot]], []).append(int(lengths[item]))
+                taken[slot] += 1
+                remaining[item] -= 1
+    placed = Counter(tuple(sorted(parts, reverse=True)) for parts in contents.values())
+    return placed, remaining
+
+
+@settings(max_examples=60, deadline=None)
+@given(small_histograms(), st.data())
+def test_slot_assignment_is_the_bin_by_bin_assignment(case, data) -> None:
+    # the group-at-a-time assignment is exact, not an approximation of the per-bin one
+    max_seq_len, histogram = case
+    lengths = np.array(sorted(histogram), dtype=np.int64)
+    counts = [histogram[int(length)] for length in lengths]
+    templates = list(lp.solve_lp(lengths, np.array(counts), max_seq_len, None).templates)
+    bins = data.draw(st.lists(st.integers(0, 6), min_size=len(templates), max_size=len(templates)))
+    groups = [(t, b) for t, b in zip(templates, bins, strict=True) if b]
+    assert lp_rounding.assign_slots(lengths, counts, groups) == _slot_assignment_bin_by_bin(
+        lengths, counts, groups
+    )
+
+
 @st.composite
 def capped_packings(draw):
     """(max_seq_len, cap, templates): any valid packing, bins at the cap and below it."""

@@ -116,21 +116,24 @@ def assign_slots(
     """Fill the slots of `groups` ((template, bins) pairs) with the sequences of `counts`
     (per length, ascending): returns the templates of the filled bins and the counts left."""
     num_lengths = len(lengths)
+    length_of = [int(length) for length in lengths.tolist()]  # Python ints: no numpy scalars
+    # each group's arrays as lists once: the loops below read them several times
+    plain = [(items.tolist(), copies.tolist(), num_bins) for (items, copies), num_bins in groups]
     slots = [0] * num_lengths
-    for (items, copies), num_bins in groups:
-        for item, copy in zip(items.tolist(), copies.tolist(), strict=True):
+    for items_list, copies_list, num_bins in plain:
+        for item, copy in zip(items_list, copies_list, strict=True):
             slots[item] += copy * num_bins
     fills, remaining = _allot(slots, counts)
     ends = [_run_ends(runs) for runs in fills]
     offsets = [0] * num_lengths  # the slots of each length handed out so far, group by group
     placed: Counter[BinTemplate] = Counter()
-    for (items, copies), num_bins in groups:
+    for items_list, copies_list, num_bins in plain:
         for template, bins in _fill_group(
-            items.tolist(), copies.tolist(), num_bins, offsets, fills, ends, lengths
+            items_list, copies_list, num_bins, offsets, fills, ends, length_of
         ):
             if template:
                 placed[template] += bins
-        for item, copy in zip(items.tolist(), copies.tolist(), strict=True):
+        for item, copy in zip(items_list, copies_list, strict=True):
             offsets[item] += copy * num_bins
     return placed, remaining
 
@@ -181,7 +184,7 @@ def _fill_group(
     offsets: list[int],
     fills: list[list[tuple[int, int]]],
     ends: list[list[int]],
-    lengths: np.ndarray,
+    length_of: list[int],
 ) -> list[tuple[BinTemplate, int]]:
     """The bins of one group after the slot assignment: (template, bins) pairs.
 
@@ -205,14 +208,14 @@ def _fill_group(
         parts: list[int] = []
         for item, copy in zip(items, copies, strict=True):
             first = offsets[item] + low * copy
-            parts.extend(_slot_contents(fills[item], ends[item], first, copy, lengths))
+            parts.extend(_slot_contents(fills[item], ends[item], first, copy, length_of))
         parts.sort(reverse=True)
         result.append((tuple(parts), high - low))
     return result
 
 
 def _slot_contents(
-    runs: list[tuple[int, int]], run_ends: list[int], first: int, number: int, lengths: np.ndarray
+    runs: list[tuple[int, int]], run_ends: list[int], first: int, number: int, length_of: list[int]
 ) -> list[int]:
     """The lengths placed in slots [first, first + number) of one slot length (empty ones left
     out)."""
@@ -224,7 +227,7 @@ def _slot_contents(
         item, _ = runs[at]
         upto = min(run_ends[at], stop)
         if item >= 0:
-            parts.extend([int(lengths[item])] * (upto - position))
+            parts.extend([length_of[item]] * (upto - position))
         position = upto
         at += 1
     return parts
