@@ -208,7 +208,15 @@ def _fill_group(
         parts: list[int] = []
         for item, copy in zip(items, copies, strict=True):
             first = offsets[item] + low * copy
-            parts.extend(_slot_contents(fills[item], ends[item], first, copy, length_of))
+            run_ends = ends[item]
+            at = bisect.bisect_right(run_ends, first)
+            if at < len(run_ends) and run_ends[at] >= first + copy:
+                # the common case, inline: the slots lie in one run, one length or empty
+                taker = fills[item][at][0]
+                if taker >= 0:
+                    parts.extend([length_of[taker]] * copy)
+            else:
+                parts.extend(_slot_contents(fills[item], run_ends, first, copy, length_of))
         parts.sort(reverse=True)
         result.append((tuple(parts), high - low))
     return result
