@@ -793,6 +793,33 @@ def test_fitted_templates_fit_and_keep_the_longest(case, data) -> None:
     assert len(kept) == len(every) or int(lengths[kept].sum() + every[len(kept)]) > max_seq_len
 
 
+@settings(max_examples=80, deadline=None)
+@given(length_histograms(), st.data())
+def test_fitted_templates_are_the_merged_fitted_ones(case, data) -> None:
+    # a coarse level's start: one pass over Python lists, the same as fitted + merge_copies
+    lengths, _ = case
+    max_seq_len = int(lengths[-1]) + data.draw(st.integers(0, 3000))
+    merges = data.draw(
+        st.lists(st.booleans(), min_size=len(lengths) - 1, max_size=len(lengths) - 1)
+    )
+    group_of = np.cumsum([0, *merges]).astype(np.int64)
+    longest = np.flatnonzero(np.r_[group_of[1:] != group_of[:-1], True])
+    coarse_lengths = lengths[longest]
+    templates = []
+    for _ in range(data.draw(st.integers(0, 6))):
+        size = data.draw(st.integers(1, 8))
+        items = data.draw(st.lists(st.integers(0, len(lengths) - 1), min_size=size, max_size=size))
+        copies = data.draw(st.lists(st.integers(1, 4), min_size=size, max_size=size))
+        templates.append((np.array(sorted(items), np.int64), np.array(copies, np.int64)))
+    fitting = [coarsening.fitted(group_of[i], c, coarse_lengths, max_seq_len) for i, c in templates]
+    expected = coarsening.merge_copies([(i, c) for i, c in fitting if len(i)])
+    got = coarsening.fitted_templates(templates, group_of, coarse_lengths, max_seq_len)
+    assert [(i.tolist(), c.tolist()) for i, c in got] == [
+        (i.tolist(), c.tolist()) for i, c in expected
+    ]
+    assert all(i.dtype == np.int64 and c.dtype == np.int64 for i, c in got)
+
+
 @settings(max_examples=60, deadline=None)
 @given(small_histograms(max_lengths=8), caps, st.data())
 def test_pricing_templates_hold_their_length_and_fit(case, cap, data) -> None:

@@ -15,7 +15,7 @@ import numpy as np
 
 from seqpack_cli.packing.column_generation import Template
 
-__all__ = ["fitted", "groups_by_loss", "merge_copies"]
+__all__ = ["fitted", "fitted_templates", "groups_by_loss", "merge_copies"]
 
 
 def groups_by_loss(lengths: np.ndarray, counts: np.ndarray, loss: float) -> np.ndarray:
@@ -59,12 +59,40 @@ def fitted(
     """The template of `items` (indices into `lengths`, ascending, may repeat) and `copies`,
     its shortest sequences taken out one by one until it fits `max_seq_len`: a template that
     fitted the original lengths may not once they are rounded up, but most of it still does."""
+    kept = _fit(lengths[items].tolist(), items.tolist(), copies.tolist(), max_seq_len)
+    return np.array(kept, dtype=np.int64), np.ones(len(kept), dtype=np.int64)
+
+
+def fitted_templates(
+    templates: list[Template], group_of: np.ndarray, lengths: np.ndarray, max_seq_len: int
+) -> list[Template]:
+    """`merge_copies` of the `fitted` templates that keep an item, each template's items
+    mapped by `group_of` first: the same templates from one pass over Python lists, where a
+    coarse level starts from tens of thousands of templates and numpy's per-call cost (four
+    arrays per template) dominated."""
+    group_list, length_list = group_of.tolist(), lengths.tolist()
+    result = []
+    for items, copies in templates:
+        groups = [group_list[item] for item in items.tolist()]
+        kept = _fit([length_list[g] for g in groups], groups, copies.tolist(), max_seq_len)
+        if not kept:
+            continue
+        added: dict[int, int] = {}
+        for item in kept:
+            added[item] = added.get(item, 0) + 1
+        keys = sorted(added)
+        result.append(
+            (np.array(keys, dtype=np.int64), np.array([added[k] for k in keys], dtype=np.int64))
+        )
+    return result
+
+
+def _fit(lengths: list[int], items: list[int], copies: list[int], max_seq_len: int) -> list[int]:
+    """`fitted`'s items, longest first, one per sequence kept (`lengths`: each item's)."""
     # plain Python: a template holds a few items, where numpy's per-call cost dominates
     kept: list[int] = []
     total = 0
-    for length, item, copy in sorted(
-        zip(lengths[items].tolist(), items.tolist(), copies.tolist(), strict=True), reverse=True
-    ):
+    for length, item, copy in sorted(zip(lengths, items, copies, strict=True), reverse=True):
         for _ in range(copy):
             if total + length > max_seq_len:
                 break
@@ -73,7 +101,7 @@ def fitted(
         else:
             continue
         break
-    return np.array(kept, dtype=np.int64), np.ones(len(kept), dtype=np.int64)
+    return kept
 
 
 def merge_copies(templates: list[Template]) -> list[Template]:

@@ -44,7 +44,7 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
-from seqpack_cli.packing.coarsening import fitted, groups_by_loss, merge_copies
+from seqpack_cli.packing.coarsening import fitted_templates, groups_by_loss, merge_copies
 from seqpack_cli.packing.column_generation import ColumnGeneration, LPSolution, Template
 
 __all__ = ["LPSolution", "lp_lower_bound", "solve_lp"]
@@ -315,11 +315,8 @@ def _coarse_start(
     longest = np.flatnonzero(np.r_[group_of[1:] != group_of[:-1], True])  # each group's longest
     merged_counts = np.add.reduceat(counts, np.r_[0, longest[:-1] + 1])
     coarse_lengths = lengths[longest]
-    fitting = [fitted(group_of[i], c, coarse_lengths, max_seq_len) for i, c in initial]
-    fitting = [(items, copies) for items, copies in fitting if len(items)]
-    coarse = _solve_level(
-        coarse_lengths, merged_counts, max_seq_len, cap, merge_copies(fitting), work, loss
-    )
+    fitting = fitted_templates(initial, group_of, coarse_lengths, max_seq_len)
+    coarse = _solve_level(coarse_lengths, merged_counts, max_seq_len, cap, fitting, work, loss)
     logger.debug(
         "coarse LP of %d lengths: %.3f bins (%d rounds)", len(longest), coarse.value, coarse.rounds
     )
