@@ -399,6 +399,24 @@ def test_bin_exchange_keeps_the_histogram_and_never_adds_bins(case) -> None:
     assert sum(tightened.values()) <= sum(templates.values())
 
 
+@settings(max_examples=80, deadline=None)
+@given(capped_packings(), st.integers(1, 400))
+def test_dissolve_pools_just_enough_bins_and_keeps_the_rest(case, tokens) -> None:
+    _, cap, templates = case
+    kept, pool = bin_exchange._dissolve(templates, tokens, cap)
+    left: Counter[tuple[int, ...]] = Counter()
+    for template, num in kept:
+        assert num > 0
+        left[template] += num
+    dissolved = templates - left
+    assert left + dissolved == templates  # no bin kept that was not there
+    assert +pool == flatten(dissolved)  # every sequence either kept or in the pool
+    pooled = sum(length * num for length, num in pool.items())
+    assert pooled >= tokens or not left  # enough, unless every bin went into it
+    if dissolved:  # not one bin more than it takes
+        assert pooled - max(sum(template) for template in dissolved) < tokens
+
+
 @settings(max_examples=60, deadline=None)
 @given(capped_packings())
 def test_bin_exchange_pool_repacked_by_the_lp_keeps_the_histogram(case) -> None:

@@ -129,10 +129,15 @@ def _dissolve(
     pool: Counter[int] = Counter()
     kept: list[tuple[BinTemplate, int]] = []
     taken = 0
-    for template, num_bins in sorted(templates.items(), key=order):
+    ordered = sorted(templates.items(), key=order)
+    for at, (template, num_bins) in enumerate(ordered):
+        if taken >= tokens:
+            # the pool is full: the rest, most of the groups, are kept whole
+            kept.extend(group for group in ordered[at:] if group[1] > 0)
+            break
         size = sum(template)
         wanted = 0
-        if taken < tokens and size > 0:
+        if size > 0:
             wanted = min(num_bins, -(-(int(tokens) - taken) // size))
         for length in template:
             pool[length] += wanted
