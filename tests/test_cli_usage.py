@@ -53,6 +53,14 @@ def test_help_shows_flags_as_flags(command: list[str]) -> None:
         assert re.search(r"--max-seq-len\s+<int>", text)
 
 
+@pytest.mark.parametrize("command", [["prepare"], ["stats"]], ids=" ".join)
+def test_arguments_show_their_metavar_not_a_python_type(command: list[str]) -> None:
+    text = _help(command)
+    # The Arguments panel's row: the required marker, then the metavar.
+    (line,) = [line for line in text.splitlines() if re.search(r"\*\s+[A-Z_ |]*INPUT\.\.\.", line)]
+    assert "list[" not in line and "<" not in line, line
+
+
 @pytest.mark.parametrize(
     ("command", "usage"),
     [

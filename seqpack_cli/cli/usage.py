@@ -2,7 +2,8 @@
 
 - A flag shows as a flag: typer (0.29) prints a type beside every option in `--help`, so
   `--overwrite <bool>` read as if `--overwrite true` were expected (and `true` became an input).
-- The usage line names arguments by their metavar, `INPUT...`, not typer's `{inputs}...`.
+- The usage line names arguments by their metavar, `INPUT...`, not typer's `{inputs}...`, and
+  their help shows no Python type (`<list[str]>`) beside it.
 - A usage error (an unknown option, a missing one, a value that does not parse) is one plain
   line on stderr, like seqpack's own errors, with exit code 2, not typer's box.
 """
@@ -15,7 +16,7 @@ from typing import Any
 import typer
 from typer.core import TyperCommand
 
-__all__ = ["SeqpackCommand", "as_flag", "show_usage_error"]
+__all__ = ["SeqpackCommand", "as_flag", "show_usage_error", "without_type"]
 
 # click's UsageError, from wherever this typer takes click (vendored from 0.29, imported before).
 _UsageError: type[Any] = next(
@@ -30,13 +31,21 @@ def as_flag(param: Any) -> Any:
     return param
 
 
+def without_type(param: Any) -> Any:
+    """`param` (an argument) with no type beside its metavar in help: typer (0.29) printed
+    `INPUT...  <list[str]>`, a Python annotation, where the metavar already says it all."""
+    if getattr(param, "param_type_name", None) == "argument" and param.metavar:
+        param.display_type_rich = lambda ctx: None
+    return param
+
+
 class SeqpackCommand(TyperCommand):
-    """A command whose help shows flags as flags and arguments by their metavar."""
+    """A command whose help shows flags as flags and arguments by their metavar alone."""
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         for param in self.params:
-            as_flag(param)
+            without_type(as_flag(param))
 
     # `ctx` is click's Context, which typer may vendor (typer>=0.29) or import (older): Any.
     def get_help_option(self, ctx: Any) -> Any:
