@@ -41,6 +41,7 @@ __all__ = [
     "PackedCollator",
     "check_pad_to",
     "cu_seqlens_of",
+    "flat_boundaries",
     "pack_flat_tail",
     "pack_one_bin",
 ]
@@ -117,6 +118,24 @@ def pack_flat_tail(
     for key, values in features.items():
         features[key] = np.concatenate([values, tail[key][None].astype(values.dtype)], axis=1)
     return np.append(lengths, slack)
+
+
+def flat_boundaries(
+    features: dict[str, np.ndarray],
+    lengths: np.ndarray,
+    *,
+    pad_to: int | None,
+    max_num_seqs: int | None,
+    pad_token_id: int,
+    label_pad_id: int,
+) -> tuple[np.ndarray, int]:
+    """A flattened batch's `cu_seqlens` (see `cu_seqlens_of`) and longest sequence, after
+    `pack_flat_tail` has padded `features` to `pad_to` tokens in place (when set)."""
+    if pad_to is not None:
+        lengths = pack_flat_tail(
+            features, lengths, pad_to, pad_token_id=pad_token_id, label_pad_id=label_pad_id
+        )
+    return cu_seqlens_of(lengths, max_num_seqs), int(lengths.max())
 
 
 @dataclass(frozen=True)
@@ -368,18 +387,16 @@ class PackedCollator:
                 features["sequence_ids"] = layout.seq_index[None]
         if self.return_loss_weights:
             features["loss_weights"] = self._loss_weights(layout, targets)
-        lengths = layout.lengths
-        if self.pad_to is not None:
-            lengths = pack_flat_tail(
-                features,
-                lengths,
-                self.pad_to,
-                pad_token_id=self.pad_token_id,
-                label_pad_id=self.label_pad_id,
-            )
+        cu_seqlens_np, max_seqlen = flat_boundaries(
+            features,
+            layout.lengths,
+            pad_to=self.pad_to,
+            max_num_seqs=self.max_num_seqs,
+            pad_token_id=self.pad_token_id,
+            label_pad_id=self.label_pad_id,
+        )
         batch: dict[str, Any] = {k: torch.from_numpy(v) for k, v in features.items()}
-        cu_seqlens = torch.from_numpy(self._cu_seqlens(lengths))
-        max_seqlen = int(lengths.max())
+        cu_seqlens = torch.from_numpy(cu_seqlens_np)
         if self.format == "hf":
             batch["cu_seq_lens_q"], batch["cu_seq_lens_k"] = cu_seqlens, cu_seqlens.clone()
             batch["max_length_q"] = batch["max_length_k"] = max_seqlen
@@ -471,6 +488,3 @@ class PackedCollator:
         if self.format == "padded":
             return self._grid(layout, weights, 0, np.float32)
         return weights[None]
-
-    def _cu_seqlens(self, lengths: np.ndarray) -> np.ndarray:
-        return cu_seqlens_of(lengths, self.max_num_seqs)

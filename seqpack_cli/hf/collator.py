@@ -24,7 +24,7 @@ from typing import Any
 import numpy as np
 
 from seqpack_cli.checks import check_int
-from seqpack_cli.collate import cu_seqlens_of, pack_flat_tail
+from seqpack_cli.collate import flat_boundaries
 from seqpack_cli.errors import ConfigError, InputError
 from seqpack_cli.masking import check_max_num_seqs, require_torch
 
@@ -122,18 +122,18 @@ class PackedRowsCollator:
         }
         lengths = _sequence_lengths(features["position_ids"][0])
         features["seq_idx"] = np.repeat(np.arange(lengths.shape[0], dtype=np.int32), lengths)[None]
-        if self.pad_to is not None:
-            lengths = pack_flat_tail(
-                features,
-                lengths,
-                self.pad_to,
-                pad_token_id=self.pad_token_id,
-                label_pad_id=self.label_pad_id,
-            )
+        cu_seqlens, max_length = flat_boundaries(
+            features,
+            lengths,
+            pad_to=self.pad_to,
+            max_num_seqs=self.max_num_seqs,
+            pad_token_id=self.pad_token_id,
+            label_pad_id=self.label_pad_id,
+        )
         batch: dict[str, Any] = {
             k: torch.from_numpy(np.ascontiguousarray(v)) for k, v in features.items()
         }
-        cu_seq_lens = torch.from_numpy(cu_seqlens_of(lengths, self.max_num_seqs))
+        cu_seq_lens = torch.from_numpy(cu_seqlens)
         batch["cu_seq_lens_q"], batch["cu_seq_lens_k"] = cu_seq_lens, cu_seq_lens.clone()
-        batch["max_length_q"] = batch["max_length_k"] = int(lengths.max())
+        batch["max_length_q"] = batch["max_length_k"] = max_length
         return batch
