@@ -25,6 +25,7 @@ from seqpack_cli.packing.dff import dff_lower_bound
 
 __all__ = [
     "LowerBound",
+    "length_histogram",
     "lower_bound",
     "lower_bounds",
     "lower_bounds_of_lengths",
@@ -95,20 +96,27 @@ def lower_bounds_of_lengths(
     Lengths may repeat (their counts add up) and counts may be 0; every length must be in
     [1, max_seq_len] (callers have checked it). `cap`: `max_seqs_per_bin`, or None.
     """
-    size_array = np.asarray(lengths, dtype=np.int64)
-    num_array = np.asarray(counts, dtype=np.int64)
+    # only the lengths present: the dual-feasible functions' parameters come from the lengths
+    # (a length of no sequence once chose a weaker staircase: 2 bins where 3 is the bound)
+    size_array, num_array = length_histogram(lengths, counts)
     if not size_array.size:
         return LowerBound(0, 0, 0)
+    return _with_dff(size_array, num_array, max_seq_len, cap)
+
+
+def length_histogram(lengths: np.ndarray, counts: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """`counts[i]` sequences of `lengths[i]` tokens (any order, lengths may repeat, counts may
+    be 0) as (lengths distinct and ascending, their counts > 0), in exact int64 arithmetic."""
+    size_array = np.asarray(lengths, dtype=np.int64).ravel()
+    num_array = np.asarray(counts, dtype=np.int64).ravel()
+    if not size_array.size:
+        return size_array, num_array
     order = np.argsort(size_array, kind="stable")
     size_array, num_array = size_array[order], num_array[order]
     starts = np.flatnonzero(np.concatenate(([True], size_array[1:] != size_array[:-1])))
     num_array = np.add.reduceat(num_array, starts)
-    # only the lengths present: the dual-feasible functions' parameters come from the lengths
-    # (a length of no sequence once chose a weaker staircase: 2 bins where 3 is the bound)
     present = num_array > 0
-    if not present.any():
-        return LowerBound(0, 0, 0)
-    return _with_dff(size_array[starts][present], num_array[present], max_seq_len, cap)
+    return size_array[starts][present], num_array[present]
 
 
 def _with_dff(

@@ -18,7 +18,7 @@ from typing import Any
 
 import numpy as np
 
-from seqpack_cli.packing.bounds import LowerBound, lower_bounds_of_lengths
+from seqpack_cli.packing.bounds import LowerBound, length_histogram, lower_bounds_of_lengths
 from seqpack_cli.packing.groups import BinTemplate
 
 __all__ = ["HistogramBound", "PackedTemplates", "bound_of_packing"]
@@ -55,12 +55,8 @@ class HistogramBound:
         order, lengths may repeat) under `max_seq_len` and `cap`."""
         if (max_seq_len, cap) != (self.max_seq_len, self.cap):
             return False
-        distinct, inverse = np.unique(np.asarray(lengths, dtype=np.int64), return_inverse=True)
-        totals = np.bincount(inverse.ravel(), weights=counts, minlength=len(distinct))
-        kept = totals > 0
-        return distinct[kept].tolist() == list(self.lengths) and totals[kept].astype(
-            np.int64
-        ).tolist() == list(self.counts)
+        distinct, totals = length_histogram(lengths, counts)
+        return distinct.tolist() == list(self.lengths) and totals.tolist() == list(self.counts)
 
 
 class PackedTemplates(Counter[BinTemplate]):
