@@ -29,9 +29,9 @@ Call = tuple[Callable[..., Any], tuple[Any, ...], int]
 """A task: its function, its arguments, and its weight on the progress bar (files, rows, ids)."""
 
 _FULL = (errno.ENOSPC, errno.EDQUOT, errno.EFBIG)
+"""A write that failed for lack of room: the output's filesystem, not the cluster."""
 _POLL_S = 0.01  # how often a wait looks for finished tasks (a wave of tasks ends together)
 _WORKERS_POLL_S = 1.0  # how often it asks the scheduler whether any worker is left
-"""A write that failed for lack of room: the output's filesystem, not the cluster."""
 
 
 class TaskRunner:
