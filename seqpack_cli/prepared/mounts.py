@@ -19,6 +19,7 @@ import logging
 import os
 import re
 import stat
+from collections.abc import Iterator
 from pathlib import Path
 
 from seqpack_cli.errors import ConfigError, option
@@ -50,6 +51,22 @@ def _is_mount(path: str, info: os.stat_result, device: int, listed: frozenset[st
     return info.st_dev != device or path in listed
 
 
+def _entries(directory: str) -> Iterator[tuple[str, os.stat_result]]:
+    """(path, `os.lstat`) of each entry of `directory`; none where it cannot be listed, and an
+    entry that cannot be stat-ed (gone meanwhile) is skipped."""
+    try:
+        names = os.listdir(directory)
+    except OSError:
+        return
+    for name in names:
+        child = os.path.join(directory, name)
+        try:
+            info = os.lstat(child)
+        except OSError:
+            continue
+        yield child, info
+
+
 def mounts_inside(directory: str | os.PathLike[str]) -> list[Path]:
     """The mount points below `directory` (not `directory` itself), shallowest first; the walk
     does not descend into them, nor follow symbolic links."""
@@ -62,17 +79,7 @@ def mounts_inside(directory: str | os.PathLike[str]) -> list[Path]:
     found: list[Path] = []
     pending = [top]
     while pending:
-        current = pending.pop()
-        try:
-            names = sorted(os.listdir(current))
-        except OSError:
-            continue
-        for name in names:
-            child = os.path.join(current, name)
-            try:
-                info = os.lstat(child)
-            except OSError:
-                continue
+        for child, info in _entries(pending.pop()):
             if not stat.S_ISDIR(info.st_mode):
                 continue
             if _is_mount(child, info, device, listed):
@@ -132,16 +139,7 @@ def remove_tree(path: str | os.PathLike[str]) -> list[Path]:
 
 
 def _remove_contents(directory: str, device: int, listed: frozenset[str], kept: list[Path]) -> None:
-    try:
-        names = os.listdir(directory)
-    except OSError:
-        return
-    for name in names:
-        child = os.path.join(directory, name)
-        try:
-            info = os.lstat(child)
-        except OSError:
-            continue
+    for child, info in _entries(directory):
         if not stat.S_ISDIR(info.st_mode):  # files and symbolic links (never followed)
             with contextlib.suppress(OSError):
                 os.unlink(child)
