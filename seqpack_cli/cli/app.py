@@ -3,9 +3,8 @@
 Each command parses its options, makes one library call and renders the result. Every
 `SeqpackError` becomes one red line on stderr and exit code 1, here and nowhere else; usage errors
 are one line too, with exit code 2 (`usage`); `SEQPACK_DEBUG=1` shows the full traceback
-instead. Ctrl-C and SIGTERM end a
-command with one line and the shell's codes (130, 143); one that comes after the output was
-written only adds a note, and the command finishes.
+instead. Ctrl-C and SIGTERM end a command with one line and the shell's codes (130, 143); one
+that comes after the output was written only adds a note, and the command finishes.
 """
 
 from __future__ import annotations
