@@ -90,6 +90,11 @@ class BaselineStats:
     estimated: bool  # True when num_bins was scaled up from a sample
     max_seqs_per_bin: int | None = None  # the per-bin cap it obeys, as seqpack does (None: none)
 
+    def bins_saved_by(self, packed_bins: int) -> float:
+        """The share of this baseline's bins (so of its compute) a packing into `packed_bins`
+        does without (0.0 for a baseline with no bins)."""
+        return 1.0 - packed_bins / self.num_bins if self.num_bins else 0.0
+
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
 

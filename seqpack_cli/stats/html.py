@@ -149,7 +149,6 @@ def _baselines_note(
 
 
 def _baseline_row(baseline: BaselineStats, packed_bins: int) -> list[str]:
-    saved = 1.0 - packed_bins / baseline.num_bins if baseline.num_bins else 0.0
     if baseline.method == "no_packing":
         name = "no packing"
     else:
@@ -160,7 +159,7 @@ def _baseline_row(baseline: BaselineStats, packed_bins: int) -> list[str]:
         _efficiency_cell(baseline.efficiency),
         _td(f"{baseline.padding:,}"),
         _td(f"{baseline.avg_seqs_per_bin:.2f}"),
-        _td(format_percent(saved)),
+        _td(format_percent(baseline.bins_saved_by(packed_bins))),
     ]
 
 

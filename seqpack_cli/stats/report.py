@@ -239,14 +239,13 @@ def _comparison_table(stats: PackingStats, baselines: Sequence[BaselineStats]) -
         "seqpack", f"{packed_bins:,}", efficiency_text(packed_eff), f"{packed_seqs_per_bin:.2f}", ""
     )
     for baseline in baselines:
-        saved = 1.0 - packed_bins / baseline.num_bins if baseline.num_bins else 0.0
         name = _baseline_name(baseline)
         table.add_row(
             name,
             f"{baseline.num_bins:,}",
             efficiency_text(baseline.efficiency),
             f"{baseline.avg_seqs_per_bin:.2f}",
-            format_percent(saved),
+            format_percent(baseline.bins_saved_by(packed_bins)),
         )
     return table
 

@@ -99,9 +99,7 @@ class SweepRow:
     @property
     def bins_saved_vs_sequential(self) -> float:
         """Fraction of sequential packing's bins (so of its compute) that seqpack saves."""
-        if self.sequential.num_bins == 0:
-            return 0.0
-        return 1.0 - self.packed.num_bins / self.sequential.num_bins
+        return self.sequential.bins_saved_by(self.packed.num_bins)
 
     @property
     def bins_vs_uncapped(self) -> float:

@@ -128,14 +128,13 @@ def _packing_table(result: SweepResult) -> Table:
             "",
         )
         for baseline in (row.sequential, row.no_packing):
-            saved = 1.0 - packed.num_bins / baseline.num_bins if baseline.num_bins else 0.0
             table.add_row(
                 *blank,
                 "sequential" if baseline.method != "no_packing" else "no packing",
                 f"{baseline.num_bins:,}" + ("*" if baseline.estimated else ""),
                 f"{baseline.avg_seqs_per_bin:.2f}",
                 efficiency_text(baseline.efficiency),
-                format_percent(saved),
+                format_percent(baseline.bins_saved_by(packed.num_bins)),
             )
     return table
 
