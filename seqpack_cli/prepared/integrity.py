@@ -67,9 +67,12 @@ def seal_manifest(manifest: Mapping[str, Any]) -> dict[str, Any]:
     return {**content, DIGEST_KEY: manifest_digest(content)}
 
 
-def check_manifest_digest(path: Path, manifest: Mapping[str, Any]) -> str | None:
-    """The manifest's recorded digest, checked against its content; None for a manifest of
-    `format_version` 1, which has none (a warning, once per directory and process)."""
+def check_manifest_digest(
+    path: Path, manifest: Mapping[str, Any], *, actual: str | None = None
+) -> str | None:
+    """The manifest's recorded digest, checked against its content (`actual`, its
+    `manifest_digest` if already computed); None for a manifest of `format_version` 1, which
+    has none (a warning, once per directory and process)."""
     if manifest["format_version"] < _FIRST_DIGEST_VERSION:
         if os.fspath(path) not in _warned:
             _warned.add(os.fspath(path))
@@ -84,7 +87,8 @@ def check_manifest_digest(path: Path, manifest: Mapping[str, Any]) -> str | None
     recorded = manifest.get(DIGEST_KEY)
     if recorded is None:
         raise unusable(path, f"{MANIFEST_NAME} has no {DIGEST_KEY} (its own digest)")
-    actual = manifest_digest(manifest)
+    if actual is None:
+        actual = manifest_digest(manifest)
     if recorded != actual:
         raise unusable(
             path,

@@ -428,7 +428,7 @@ def _load(root: Path, dir_fd: int, *, mmap: bool, verify: bool, max_mapped_pools
         truncated_at = config["max_seq_len"] if config.get("over_cap") == "truncate" else None
         check_stored_lengths(root, store["tokens"], pools, truncated_at=truncated_at)
     # Last, so that a field of the manifest that breaks a rule is named as such.
-    check_manifest_digest(root, manifest)
+    check_manifest_digest(root, manifest, actual=digest)
     if not mmap:
         for length in counts:
             pools[length]
