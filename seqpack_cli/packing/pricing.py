@@ -114,13 +114,9 @@ def price_templates(
     max_items = max_seq_len // int(lengths[0]) if cap is None else min(cap, max_seq_len)
     quantized = quantize(values, max_items, len(lengths))
     index_bits = len(lengths).bit_length()
-    stair = staircase(lengths, quantized.units)
-    if cap is None:
-        table = _uncapped_table(lengths, quantized.units, stair, max_seq_len, index_bits)
-        rest = table  # the best with any number of sequences, total <= c
-    else:
-        table = _capped_table(lengths, quantized.units, stair, max_seq_len, cap, index_bits)
-        rest = table[:cap].max(axis=0)  # at most cap - 1 more sequences, total <= c
+    table = _table(lengths, quantized.units, max_seq_len, cap, index_bits)
+    # uncapped: the best with any number of sequences, total <= c; capped: at most cap - 1 more
+    rest = table if cap is None else table[:cap].max(axis=0)
     mask = np.int64((1 << index_bits) - 1)
     best = table.max() if table.size else np.int64(0)
     best_units = max(int(best >> index_bits), 0)
@@ -154,13 +150,19 @@ def best_template_units(
     largest = int(max(units, default=0)) * max(max_items, 1)
     if largest.bit_length() + index_bits + 1 > _WORD_BITS:
         return None
-    units = np.asarray(units, dtype=np.int64)
+    table = _table(lengths, np.asarray(units, dtype=np.int64), max_seq_len, cap, index_bits)
+    return max(int(table.max()) >> index_bits, 0) if table.size else 0
+
+
+def _table(
+    lengths: np.ndarray, units: np.ndarray, max_seq_len: int, cap: int | None, index_bits: int
+) -> np.ndarray:
+    """The pricing DP's table under integer item values `units` (`_uncapped_table` or, with a
+    cap, `_capped_table`), over the `staircase` of the lengths."""
     stair = staircase(lengths, units)
     if cap is None:
-        table = _uncapped_table(lengths, units, stair, max_seq_len, index_bits)
-    else:
-        table = _capped_table(lengths, units, stair, max_seq_len, cap, index_bits)
-    return max(int(table.max()) >> index_bits, 0) if table.size else 0
+        return _uncapped_table(lengths, units, stair, max_seq_len, index_bits)
+    return _capped_table(lengths, units, stair, max_seq_len, cap, index_bits)
 
 
 def certified_bound(
