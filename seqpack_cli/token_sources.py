@@ -54,6 +54,7 @@ __all__ = [
     "fetch",
     "has_id_index",
     "map_npy",
+    "npy_header_problem",
     "read_npy_header",
     "shown",
 ]
@@ -92,6 +93,11 @@ NPY_HEADER_ERRORS: tuple[type[Exception], ...] = (
 literal gives a `tokenize.TokenError`, a `SyntaxError`, ...)."""
 
 _POOL_HEADER = re.compile(rb"\{'descr': '<i8', 'fortran_order': False, 'shape': \((\d+),\), \} *\n")
+
+
+def npy_header_problem(error: Exception) -> str:
+    """One line (at most 120 characters) naming what `read_npy_header` raised."""
+    return " ".join(f"{type(error).__name__}: {error}".split())[:120]
 
 
 def read_npy_header(handle: Any) -> tuple[np.dtype[Any], tuple[int, ...], int]:
@@ -134,7 +140,7 @@ def map_npy(path: str | os.PathLike[str], *, dir_fd: int | None = None, fix: str
             try:
                 dtype, shape, offset = read_npy_header(handle)
             except NPY_HEADER_ERRORS as error:
-                detail = " ".join(f"{type(error).__name__}: {error}".split())[:120]
+                detail = npy_header_problem(error)
                 raise InputError(f"{path}: not a valid .npy file ({detail}); {fix}") from None
             num_bytes = dtype.itemsize * int(np.prod(shape, dtype=object))
             size = os.fstat(handle.fileno()).st_size

@@ -51,7 +51,7 @@ from seqpack_cli.prepared.schema import check_manifest, unusable
 from seqpack_cli.prepared.snapshot import open_directory, read_text_at, reopen, was_replaced
 from seqpack_cli.prepared.store import check_stored_lengths, open_store
 from seqpack_cli.prepared.strict_json import parse_json
-from seqpack_cli.token_sources import NPY_HEADER_ERRORS, read_npy_header
+from seqpack_cli.token_sources import NPY_HEADER_ERRORS, npy_header_problem, read_npy_header
 
 __all__ = ["MAX_MAPPED_POOLS", "PoolMap", "load_prepared"]
 
@@ -162,7 +162,7 @@ def _open_pool(
             try:
                 dtype, shape, offset = read_npy_header(handle)
             except NPY_HEADER_ERRORS as error:
-                detail = " ".join(f"{type(error).__name__}: {error}".split())[:120]
+                detail = npy_header_problem(error)
                 raise unusable(path, f"{name} is not a valid .npy file ({detail})") from None
             if dtype.str != _POOL_DTYPE.str or len(shape) != 1:
                 raise unusable(
