@@ -16,6 +16,7 @@ from collections.abc import Iterator
 
 import numpy as np
 import pytest
+from hf_models import KINDS, tiny_causal_lm
 
 from seqpack_cli.collate import PackedCollator
 from seqpack_cli.masking import (
@@ -282,35 +283,20 @@ def test_the_flex_block_mask_builds_well_under_a_step() -> None:
 HF_VOCAB = 256
 HF_LENGTHS = [100, 37, 1, 119, 64, 7, 90]  # a one-token sequence too: it predicts nothing
 HF_WINDOW = 24  # shorter than most sequences above
-HF_MODELS = {
-    "llama": ("LlamaConfig", {}),
-    "llama-gqa": ("LlamaConfig", {"num_key_value_heads": 2}),
-    "mistral-sliding": ("MistralConfig", {"num_key_value_heads": 2, "sliding_window": HF_WINDOW}),
-    # Layer 0 full attention, layer 1 a sliding window.
-    "qwen2-mixed": (
-        "Qwen2Config",
-        {"use_sliding_window": True, "sliding_window": HF_WINDOW, "max_window_layers": 1},
-    ),
-}
+HF_MODELS = KINDS
 
 
 def hf_model(kind: str, attn_implementation: str, dtype: torch.dtype = torch.bfloat16) -> object:
-    transformers = pytest.importorskip("transformers")
-    config_name, options = HF_MODELS[kind]
-    torch.manual_seed(0)
-    config = getattr(transformers, config_name)(
+    pytest.importorskip("transformers")
+    model = tiny_causal_lm(
+        kind,
+        attn_implementation,
+        window=HF_WINDOW,
         vocab_size=HF_VOCAB,
         hidden_size=256,
-        intermediate_size=512,
-        num_hidden_layers=2,
         num_attention_heads=8,
         max_position_embeddings=512,
-        initializer_range=0.2,  # large weights: attending across a boundary shows
-        use_cache=False,
-        attn_implementation=attn_implementation,
-        **{"num_key_value_heads": 8, **options},
     )
-    model = transformers.AutoModelForCausalLM.from_config(config)
     return model.to(device=device(), dtype=dtype).eval()
 
 

@@ -23,6 +23,7 @@ from typing import Any
 
 import numpy as np
 import pytest
+from hf_models import KINDS, tiny_causal_lm
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -42,38 +43,20 @@ EXACT = 1e-10  # float64, per-sequence path: the target of issue 22
 
 NAME = hf.register_attention()
 
-MODELS: dict[str, tuple[Any, dict[str, Any]]] = {
-    "llama": (transformers.LlamaConfig, {}),
-    "llama-gqa": (transformers.LlamaConfig, {"num_key_value_heads": 2}),
-    "mistral-sliding": (
-        transformers.MistralConfig,
-        {"num_key_value_heads": 2, "sliding_window": WINDOW},
-    ),
-    # Layer 0 full attention, layer 1 a sliding window (max_window_layers=1).
-    "qwen2-mixed": (
-        transformers.Qwen2Config,
-        {"use_sliding_window": True, "sliding_window": WINDOW, "max_window_layers": 1},
-    ),
-}
+MODELS = KINDS
 
 
 def _model(kind: str, attn_implementation: str = NAME, **overrides: Any) -> Any:
-    config_class, options = MODELS[kind]
-    torch.manual_seed(0)
-    config = config_class(
+    model = tiny_causal_lm(
+        kind,
+        attn_implementation,
+        window=WINDOW,
         vocab_size=VOCAB,
         hidden_size=64,
-        intermediate_size=128,
-        num_hidden_layers=2,
         num_attention_heads=4,
         max_position_embeddings=128,
-        # Large weights, so that attending across a boundary changes the logits visibly.
-        initializer_range=0.2,
-        use_cache=False,
-        attn_implementation=attn_implementation,
-        **{"num_key_value_heads": 4, **options, **overrides},
-    )
-    model = transformers.AutoModelForCausalLM.from_config(config).to(torch.float64)
+        **overrides,
+    ).to(torch.float64)
     assert model.config._attn_implementation == attn_implementation
     return model.eval()
 
