@@ -297,7 +297,6 @@ def _per_bin_section(result: SweepResult) -> list[str]:
     capped = result.is_capped
     rows = []
     for row in result.rows:
-        square = row.max_seq_len * row.max_seq_len
         rows.append(
             [
                 *_row_key(row, capped),
@@ -305,8 +304,8 @@ def _per_bin_section(result: SweepResult) -> list[str]:
                 *([_td(f"{row.bins_vs_uncapped:+.2%}")] if capped else []),
                 _efficiency_cell(row.packed.efficiency),
                 _td(f"{row.packed.max_seqs_in_bin:,}"),
-                _td(format_percent(row.attention_per_bin / square)),
-                _td(format_percent(row.attention_max_bin / square)),
+                _td(format_percent(row.attention_per_bin_vs_dense)),
+                _td(format_percent(row.attention_max_bin_vs_dense)),
             ]
         )
     charts = [

@@ -112,8 +112,17 @@ class SweepRow:
         bins = self.packed.num_bins
         return self.cost.attention_packed / bins if bins else 0.0
 
+    @property
+    def attention_per_bin_vs_dense(self) -> float:
+        """`attention_per_bin` over a dense row's attention, `max_seq_len**2`."""
+        return self.attention_per_bin / (self.max_seq_len * self.max_seq_len)
+
+    @property
+    def attention_max_bin_vs_dense(self) -> float:
+        """`attention_max_bin` over a dense row's attention, `max_seq_len**2`."""
+        return self.attention_max_bin / (self.max_seq_len * self.max_seq_len)
+
     def to_dict(self) -> dict[str, Any]:
-        square = self.max_seq_len * self.max_seq_len
         return {
             "max_seq_len": self.max_seq_len,
             "max_seqs_per_bin": self.max_seqs_per_bin,
@@ -130,7 +139,7 @@ class SweepRow:
                 "packed_vs_padded": self.cost.attention_vs_padded,
                 "per_bin_mean": self.attention_per_bin,
                 "per_bin_max": self.attention_max_bin,
-                "per_bin_max_vs_dense": self.attention_max_bin / square,
+                "per_bin_max_vs_dense": self.attention_max_bin_vs_dense,
             },
             "seqpack": self.packed.to_dict(),
             "uncapped_bins": self.uncapped_bins,

@@ -175,8 +175,8 @@ def _per_bin_table(result: SweepResult) -> Table:
                 (spark_line(row.seqs_per_bin), "cyan"),
             ),
             Text.assemble(
-                f"mean {format_percent(row.attention_per_bin / row.max_seq_len**2)}\n",
-                (f"max {format_percent(row.attention_max_bin / row.max_seq_len**2)}", "dim"),
+                f"mean {format_percent(row.attention_per_bin_vs_dense)}\n",
+                (f"max {format_percent(row.attention_max_bin_vs_dense)}", "dim"),
             ),
         )
     return table
