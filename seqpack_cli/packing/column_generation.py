@@ -336,7 +336,7 @@ class ColumnGeneration:
     def _matrix(self, row_scale: np.ndarray) -> Any:
         """The restricted LP's matrix: a column per template, then the exchange columns; row i
         multiplied by `row_scale[i]`."""
-        from scipy.sparse import csc_array, diags_array
+        from scipy.sparse import csc_array
 
         n = len(self.lengths)
         sizes = [len(items) for items, _ in self.templates]
@@ -348,8 +348,7 @@ class ColumnGeneration:
             [copies.astype(np.float64) for _, copies in self.templates]
             + [np.ones(n - 1), -np.ones(n - 1)]
         )
-        matrix = csc_array((data, (rows, cols)), shape=(n, len(sizes) + n - 1))
-        return csc_array(diags_array(row_scale) @ matrix)
+        return csc_array((data * row_scale[rows], (rows, cols)), shape=(n, len(sizes) + n - 1))
 
     def _price(self, duals: np.ndarray, reduced_cost: float) -> list[Template]:
         """Price the templates under `duals`: raise the bound (Farley) and return the best
