@@ -55,6 +55,7 @@ __all__ = [
     "has_id_index",
     "map_npy",
     "npy_header_problem",
+    "opener_at",
     "read_npy_header",
     "shown",
 ]
@@ -123,7 +124,9 @@ def read_npy_header(handle: Any) -> tuple[np.dtype[Any], tuple[int, ...], int]:
     return dtype, tuple(shape), handle.tell()
 
 
-def _opener(dir_fd: int | None) -> Any:
+def opener_at(dir_fd: int | None) -> Any:
+    """An `opener` for `open` that opens names relative to the directory descriptor `dir_fd`
+    (None: the default opener)."""
     if dir_fd is None:
         return None
     return lambda name, flags: os.open(name, flags, dir_fd=dir_fd)
@@ -136,7 +139,7 @@ def map_npy(path: str | os.PathLike[str], *, dir_fd: int | None = None, fix: str
     does not parse, or fewer bytes than the header says."""
     name = os.path.basename(path) if dir_fd is not None else path
     try:
-        with open(name, "rb", opener=_opener(dir_fd)) as handle:
+        with open(name, "rb", opener=opener_at(dir_fd)) as handle:
             try:
                 dtype, shape, offset = read_npy_header(handle)
             except NPY_HEADER_ERRORS as error:
@@ -259,7 +262,7 @@ class FlatTokenSource:
             with open(
                 INFO_NAME if dir_fd is not None else root / INFO_NAME,
                 encoding="utf-8",
-                opener=_opener(dir_fd),
+                opener=opener_at(dir_fd),
             ) as handle:
                 info = json.loads(handle.read())
         except (OSError, ValueError) as error:

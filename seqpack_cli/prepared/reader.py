@@ -51,7 +51,12 @@ from seqpack_cli.prepared.schema import check_manifest, unusable
 from seqpack_cli.prepared.snapshot import open_directory, read_text_at, reopen, was_replaced
 from seqpack_cli.prepared.store import check_stored_lengths, open_store
 from seqpack_cli.prepared.strict_json import parse_json
-from seqpack_cli.token_sources import NPY_HEADER_ERRORS, npy_header_problem, read_npy_header
+from seqpack_cli.token_sources import (
+    NPY_HEADER_ERRORS,
+    npy_header_problem,
+    opener_at,
+    read_npy_header,
+)
 
 __all__ = ["MAX_MAPPED_POOLS", "PoolMap", "load_prepared"]
 
@@ -109,7 +114,7 @@ def _check_files(path: Path, dir_fd: int, files: Mapping[str, Any], *, verify: b
             )
         if verify:
             digest = hashlib.sha256()
-            with open(name, "rb", opener=lambda p, f: os.open(p, f, dir_fd=dir_fd)) as handle:
+            with open(name, "rb", opener=opener_at(dir_fd)) as handle:
                 while block := handle.read(_HASH_CHUNK):
                     digest.update(block)
             if digest.hexdigest() != entry["sha256"]:
@@ -158,7 +163,7 @@ def _open_pool(
     descriptor `dir_fd`. A pool that cannot be mapped for want of mappings (ENOMEM) is read into
     memory instead."""
     try:
-        with open(name, "rb", opener=lambda p, f: os.open(p, f, dir_fd=dir_fd)) as handle:
+        with open(name, "rb", opener=opener_at(dir_fd)) as handle:
             try:
                 dtype, shape, offset = read_npy_header(handle)
             except NPY_HEADER_ERRORS as error:

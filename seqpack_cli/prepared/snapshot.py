@@ -22,6 +22,7 @@ from seqpack_cli.prepared.integrity import manifest_digest
 from seqpack_cli.prepared.layout import MANIFEST_NAME
 from seqpack_cli.prepared.schema import unusable
 from seqpack_cli.prepared.strict_json import parse_json
+from seqpack_cli.token_sources import opener_at
 
 __all__ = ["open_directory", "read_text_at", "reopen", "was_replaced"]
 
@@ -45,7 +46,7 @@ def open_directory(path: Path) -> int:
 
 def read_text_at(dir_fd: int, name: str) -> str:
     """The text of the file `name` inside the directory `dir_fd`."""
-    with open(name, encoding="utf-8", opener=lambda p, f: os.open(p, f, dir_fd=dir_fd)) as file:
+    with open(name, encoding="utf-8", opener=opener_at(dir_fd)) as file:
         return file.read()
 
 
