@@ -8,7 +8,7 @@ from typing import Any
 KINDS = ("llama", "llama-gqa", "mistral-sliding", "qwen2-mixed")
 
 
-def kind_options(kind: str, window: int) -> tuple[str, dict[str, Any]]:
+def kind_options(kind: str, window: int | None) -> tuple[str, dict[str, Any]]:
     """The transformers config class name and the options of a model kind."""
     options: dict[str, tuple[str, dict[str, Any]]] = {
         "llama": ("LlamaConfig", {}),
@@ -27,7 +27,7 @@ def tiny_causal_lm(
     kind: str,
     attn_implementation: str,
     *,
-    window: int,
+    window: int | None = None,
     vocab_size: int,
     hidden_size: int,
     num_attention_heads: int,
@@ -42,15 +42,19 @@ def tiny_causal_lm(
     config_name, options = kind_options(kind, window)
     torch.manual_seed(0)
     config = getattr(transformers, config_name)(
-        vocab_size=vocab_size,
-        hidden_size=hidden_size,
-        intermediate_size=2 * hidden_size,
-        num_hidden_layers=2,
-        num_attention_heads=num_attention_heads,
-        max_position_embeddings=max_position_embeddings,
-        initializer_range=0.2,
-        use_cache=False,
-        attn_implementation=attn_implementation,
-        **{"num_key_value_heads": num_attention_heads, **options, **overrides},
+        **{
+            "vocab_size": vocab_size,
+            "hidden_size": hidden_size,
+            "intermediate_size": 2 * hidden_size,
+            "num_hidden_layers": 2,
+            "num_attention_heads": num_attention_heads,
+            "num_key_value_heads": num_attention_heads,
+            "max_position_embeddings": max_position_embeddings,
+            "initializer_range": 0.2,
+            "use_cache": False,
+            "attn_implementation": attn_implementation,
+            **options,
+            **overrides,
+        }
     )
     return transformers.AutoModelForCausalLM.from_config(config)

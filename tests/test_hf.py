@@ -15,6 +15,7 @@ from typing import Any
 
 import numpy as np
 import pytest
+from hf_models import tiny_causal_lm
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -72,22 +73,15 @@ transformers.AttentionInterface.register(VARLEN, _varlen_attention)
 
 
 def _model(attn_implementation: str, **config: Any) -> Any:
-    torch.manual_seed(0)
-    options = {
-        "vocab_size": VOCAB,
-        "hidden_size": 64,
-        "intermediate_size": 128,
-        "num_hidden_layers": 2,
-        "num_attention_heads": 4,
-        "num_key_value_heads": 4,
-        "max_position_embeddings": 128,
-        # Large weights so that attending across a boundary changes the logits visibly.
-        "initializer_range": 0.2,
-        "use_cache": False,
-        "attn_implementation": attn_implementation,
+    model = tiny_causal_lm(
+        "llama",
+        attn_implementation,
+        vocab_size=VOCAB,
+        hidden_size=64,
+        num_attention_heads=4,
+        max_position_embeddings=128,
         **config,
-    }
-    model = transformers.LlamaForCausalLM(transformers.LlamaConfig(**options))
+    )
     assert model.config._attn_implementation == attn_implementation
     return model.eval()
 
