@@ -12,7 +12,7 @@ import math
 from collections.abc import Callable, Sequence
 
 from seqpack_cli.stats.distribution import Bucket
-from seqpack_cli.stats.report import format_percent
+from seqpack_cli.stats.report import format_percent, plural
 
 __all__ = ["FONT_SIZE", "axis_top", "bar_chart", "grouped_chart", "text_width"]
 
@@ -39,11 +39,6 @@ def text_width(text: str, font_size: float = FONT_SIZE) -> float:
     return ems * font_size
 
 
-def _noun(count: int, unit: str) -> str:
-    """`unit` ("bins", "sequences") in the number `count` asks for: "1 bin", "2 bins"."""
-    return f"{count:,} {unit[:-1] if count == 1 and unit.endswith('s') else unit}"
-
-
 def _heading(title: str, width: float) -> str:
     """The chart's visible title, centred on its first line (also its accessible name)."""
     return (
@@ -64,7 +59,8 @@ def bar_chart(buckets: Sequence[Bucket], unit: str, title: str, *, label_axis: s
     total = sum(bucket.count for bucket in buckets)
     largest = max((bucket.count for bucket in buckets), default=0)
     values = [
-        f"{_noun(bucket.count, unit)} ({format_percent(bucket.count / total if total else 0.0)})"
+        f"{plural(bucket.count, unit.removesuffix('s'), unit)} "
+        f"({format_percent(bucket.count / total if total else 0.0)})"
         for bucket in buckets
     ]
     label_texts = [bucket.label for bucket in buckets] + [label_axis]
