@@ -23,7 +23,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from seqpack_cli.prepared.layout import MANIFEST_NAME
+from seqpack_cli.prepared.layout import MANIFEST_NAME, STORE_ROLES
 from seqpack_cli.prepared.schema import unusable
 
 __all__ = [
@@ -46,7 +46,7 @@ EDGES_KEY = "edges_sha256"
 EDGE_BYTES = 1 << 20
 """Bytes read at each end of a file for its `edge_digest`."""
 _FIRST_DIGEST_VERSION = 2
-_STORE_DIRS = ("tokens/", "labels/", "loss_mask/")
+_STORE_DIRS = tuple(f"{role}/" for role in STORE_ROLES)
 
 _warned: set[str] = set()
 
