@@ -27,6 +27,7 @@ from seqpack_cli.stats.report import (
     efficiency_style,
     format_efficiency,
     format_percent,
+    lengths_text,
     profile_figures,
     template_cells,
 )
@@ -351,15 +352,11 @@ def _per_bin_section(result: SweepResult) -> list[str]:
 def render_sweep_html(result: SweepResult, *, title: str, left_out: str = "") -> str:
     """The HTML report of a `max_seq_len` sweep (`left_out`: a paragraph on what prepare left
     out, for a prepared directory's lengths)."""
-    lengths = result.lengths
     capped = result.is_capped
     caps = ", ".join(cap_text(cap) for cap in result.max_seqs_per_bin)
     body = [
         f"<h1>{_e(title)}</h1>",
-        f"<p>{lengths.num_sequences:,} sequences, {lengths.num_tokens:,} tokens; length min "
-        f"{lengths.min_length:,}, p50 {lengths.p50_length:,}, p90 {lengths.p90_length:,}, "
-        f"p99 {lengths.p99_length:,}, max {lengths.max_length:,}, "
-        f"mean {lengths.mean_length:,.1f}.</p>",
+        f"<p>{lengths_text(result.lengths)}.</p>",
         *(
             [f"<p>Cap (max sequences per bin): {_e(caps)}, for seqpack and both baselines.</p>"]
             if capped

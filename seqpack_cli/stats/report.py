@@ -27,7 +27,7 @@ from seqpack_cli.stats.baselines import (
     BaselineStats,
     sequential_description,
 )
-from seqpack_cli.stats.distribution import Bucket
+from seqpack_cli.stats.distribution import Bucket, LengthSummary
 from seqpack_cli.stats.profile import PackingProfile
 
 __all__ = [
@@ -42,6 +42,7 @@ __all__ = [
     "format_padding",
     "format_percent",
     "format_template",
+    "lengths_text",
     "plural",
     "profile_figures",
     "render_profile",
@@ -62,6 +63,15 @@ def plural(count: int, noun: str, plural_form: str | None = None) -> str:
     """`1 bin`, `2 bins`, `1,000 sequences`: the count with its noun in the right number."""
     word = noun if count == 1 else plural_form or f"{noun}s"
     return f"{count:,} {word}"
+
+
+def lengths_text(lengths: LengthSummary) -> str:
+    """The sequences and tokens, and the length percentiles, in one line (both sweep reports)."""
+    return (
+        f"{lengths.num_sequences:,} sequences, {lengths.num_tokens:,} tokens; length min "
+        f"{lengths.min_length:,}, p50 {lengths.p50_length:,}, p90 {lengths.p90_length:,}, "
+        f"p99 {lengths.p99_length:,}, max {lengths.max_length:,}, mean {lengths.mean_length:,.1f}"
+    )
 
 
 def cap_text(max_seqs_per_bin: int | None) -> str:

@@ -24,6 +24,7 @@ from seqpack_cli.stats.report import (
     efficiency_text,
     format_efficiency,
     format_percent,
+    lengths_text,
     spark_line,
     text_bar,
 )
@@ -230,13 +231,10 @@ def render_sweep(
 ) -> None:
     """Print a sweep: what each max_seq_len costs, the packings, an efficiency chart, and the
     length histogram. Every table fits 80 columns (counts are never cut short)."""
-    lengths = result.lengths
     header = Text.assemble(
         (title, "bold"),
         "\n",
-        f"{lengths.num_sequences:,} sequences, {lengths.num_tokens:,} tokens; length min "
-        f"{lengths.min_length:,}, p50 {lengths.p50_length:,}, p90 {lengths.p90_length:,}, "
-        f"p99 {lengths.p99_length:,}, max {lengths.max_length:,}, mean {lengths.mean_length:,.1f}",
+        lengths_text(result.lengths),
     )
     for name, value in details:  # e.g. what prepare left out of a prepared directory
         header.append(f"\n{name}: {value}")
