@@ -71,7 +71,7 @@ from seqpack_cli.collate import FlatTokenSource, PackedCollator
 from seqpack_cli.epoch import EpochPlan
 from seqpack_cli.errors import SeqpackError
 from seqpack_cli.masking import build_flex_block_mask, build_packing_attention_bias
-from seqpack_cli.packing import pack_length_histogram_batched
+from seqpack_cli.packing import length_histogram_from_lengths, pack_length_histogram_batched
 
 logger = logging.getLogger("bench_training")
 
@@ -213,10 +213,7 @@ def build_workload(
     offsets = np.zeros(lengths.shape[0] + 1, dtype=np.int64)
     np.cumsum(lengths, out=offsets[1:])
     tokens = np.random.default_rng([seed, 6]).integers(1, vocab_size, int(offsets[-1]))
-    by_length = np.argsort(lengths, kind="stable")
-    distinct, starts = np.unique(lengths[by_length], return_index=True)
-    pools = dict(zip(distinct.tolist(), np.split(by_length, starts[1:]), strict=True))
-    histogram = {length: len(pool) for length, pool in pools.items()}
+    histogram, pools = length_histogram_from_lengths(lengths)
     templates = pack_length_histogram_batched(histogram, max_seq_len)
     plan = EpochPlan(templates, pools, seed=seed)
     return Workload(
