@@ -17,7 +17,7 @@ from rich.console import Console
 
 from seqpack_cli.stats.describe import StatsReport
 from seqpack_cli.stats.html import render_profile_html, render_sweep_html
-from seqpack_cli.stats.left_out import LeftOut
+from seqpack_cli.stats.left_out import LeftOut, left_out_of_summary
 from seqpack_cli.stats.report import format_percent, plural, render_profile
 from seqpack_cli.stats.sweep_report import render_sweep
 
@@ -79,8 +79,6 @@ def left_out_rows(left_out: LeftOut) -> list[tuple[str, str]]:
 
 def prepared_details(manifest: Mapping[str, Any], *, verified: bool) -> list[tuple[str, str]]:
     """What the manifest says about how a prepared directory was made, as (name, value) rows."""
-    from seqpack_cli.stats.left_out import left_out_of_summary
-
     config = manifest.get("config", {})
     inputs = manifest.get("inputs", {})
     num_files, num_rows = inputs.get("num_files", 0), inputs.get("num_rows", 0)
