@@ -23,6 +23,7 @@ from seqpack_cli.stats.baselines import (
 from seqpack_cli.stats.profile import PackingProfile
 from seqpack_cli.stats.report import (
     BINS_SAVED,
+    BINS_SAVED_NOTE,
     cap_text,
     efficiency_style,
     format_efficiency,
@@ -144,8 +145,7 @@ def _baselines_note(
     sequential = sequential_description(sample_size, max_seqs_per_bin, several_caps=several_caps)
     return (
         '<p class="note">Baselines, on the same sequences seqpack packs, under the same cap: '
-        f"{_e(NO_PACKING_DESCRIPTION)}; {_e(sequential)}. {BINS_SAVED}: the share of that "
-        "method's bins (so of its compute) seqpack does without.</p>"
+        f"{_e(NO_PACKING_DESCRIPTION)}; {_e(sequential)}. {BINS_SAVED_NOTE}</p>"
     )
 
 

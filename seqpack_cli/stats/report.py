@@ -32,6 +32,7 @@ from seqpack_cli.stats.profile import PackingProfile
 
 __all__ = [
     "BINS_SAVED",
+    "BINS_SAVED_NOTE",
     "baseline_footnotes",
     "bound_name",
     "cap_text",
@@ -57,6 +58,10 @@ _SPARKS = "▁▂▃▄▅▆▇█"
 
 BINS_SAVED = "bins saved"
 """The one name, in every report, of the share of a baseline's bins seqpack does without."""
+BINS_SAVED_NOTE = (
+    f"{BINS_SAVED}: the share of that method's bins (so of its compute) seqpack does without."
+)
+"""What `BINS_SAVED` means, as every report's note says it."""
 
 
 def plural(count: int, noun: str, plural_form: str | None = None) -> str:
@@ -274,8 +279,7 @@ def baseline_footnotes(
         ("Baselines on the same sequences: ", "dim"),
         (NO_PACKING_DESCRIPTION + "; ", "dim"),
         (sequential + ". ", "dim"),
-        (f"{BINS_SAVED}: the share of that method's bins (so of its compute) seqpack does ", "dim"),
-        ("without.", "dim"),
+        (BINS_SAVED_NOTE, "dim"),
     )
 
 
