@@ -9,6 +9,7 @@ for strings) or on a numpy random stream.
   (epoch, rank, worker, dataset, ...).
 - `shuffle_bins(bin_indices, seed)`: a shuffled copy of a list.
 - `check_optional_seed(seed)`: a seed argument checked once (an int64, or None).
+- `mix64(values)`: the splitmix64 finaliser on a uint64 array (shuffle keys, balanced steps).
 - `digest64(payload)` and `SPLITMIX64_MULTIPLIERS` / `SPLITMIX64_SHIFTS`: the hash and the mixer
   these are built from, shared with the seeded permutations of an epoch
   (`seqpack_cli.epoch.feistel`, `seqpack_cli.epoch.permutations`), which sit above this module.
@@ -103,7 +104,7 @@ def seed_from_components(*components: int) -> int:
     return digest64(payload) & _MASK63
 
 
-def _mix64(values: np.ndarray) -> np.ndarray:
+def mix64(values: np.ndarray) -> np.ndarray:
     """The splitmix64 finaliser on a uint64 array (in place; returns it)."""
     first, second, third = (np.uint64(shift) for shift in SPLITMIX64_SHIFTS)
     values ^= values >> first
@@ -130,5 +131,5 @@ def shuffle_bins(bin_indices: Sequence[T], seed: int | None = None) -> list[T]:
     salt = np.uint64(seed_from_components(_SHUFFLE_TAG, key))
     keys = np.arange(len(items), dtype=np.uint64)
     keys ^= salt
-    order = np.argsort(_mix64(keys), kind="stable")
+    order = np.argsort(mix64(keys), kind="stable")
     return [items[i] for i in order.tolist()]

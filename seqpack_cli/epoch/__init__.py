@@ -3,6 +3,10 @@
 Modules, from the public surface down:
 - `plan`: `EpochPlan` (random access to any bin of any epoch, batched, sharded by rank) and
   `materialize_epoch`, the reference's generator over one epoch's bins.
+- `dealing`: how the bins are dealt to ranks step by step: strided (`DistributedSampler`'s
+  order) or balanced by attention cost.
+- `cursor`: `EpochCursor`, what is left of an epoch (resume on another world size), and the
+  stream of positions a plan deals.
 - `tuning`: `EpochTuning`, the frozen tunables of a plan (batch sizes, tables, list layout).
 - `batches`: one batch of bins in one vectorised pass (`BatchDrawer`), cut into lists (`Chunk`).
 - `tables`: the canonical layout: the template of each canonical bin, the pool position of each
@@ -16,7 +20,8 @@ Modules, from the public surface down:
 
 from __future__ import annotations
 
+from seqpack_cli.epoch.cursor import EpochCursor
 from seqpack_cli.epoch.plan import EpochPlan, materialize_epoch
 from seqpack_cli.epoch.tuning import EpochTuning
 
-__all__ = ["EpochPlan", "EpochTuning", "materialize_epoch"]
+__all__ = ["EpochCursor", "EpochPlan", "EpochTuning", "materialize_epoch"]

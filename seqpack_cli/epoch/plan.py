@@ -43,6 +43,8 @@ import numpy as np
 
 from seqpack_cli.checks import check_int
 from seqpack_cli.epoch.batches import BatchDrawer
+from seqpack_cli.epoch.cursor import EpochCursor, Stream
+from seqpack_cli.epoch.dealing import DEFAULT_BALANCE_WINDOW, BalancedDeal, StridedDeal
 from seqpack_cli.epoch.permutations import FeistelPermutation
 from seqpack_cli.epoch.pools import IdPools
 from seqpack_cli.epoch.scratch import Scratch
@@ -52,13 +54,17 @@ from seqpack_cli.errors import ConfigError
 from seqpack_cli.seeding import check_optional_seed, seed_from_components
 from seqpack_cli.templates import Template, canonical_templates
 
-__all__ = ["EpochPlan", "canonical_templates", "materialize_epoch"]
+__all__ = ["BALANCES", "EpochPlan", "canonical_templates", "materialize_epoch"]
 
 logger = logging.getLogger(__name__)
 
 # Seed component that stands for the bin order; lengths are >= 1, so it never collides with
 # the (seed, length) seeds of the pools.
 _ORDER_COMPONENT = 0
+
+BALANCES = (None, "cost")
+"""The values of `EpochPlan(balance=...)`: None (the strided order of `DistributedSampler`) or
+"cost" (each step's bins dealt so that the ranks' attention costs are equal)."""
 
 
 def _rank_options(rank: Any, world_size: Any) -> tuple[int, int]:
@@ -91,6 +97,15 @@ class EpochPlan:
     `drop_last`: sharding as torch's DistributedSampler. `tuning`: batch sizes and look-up tables
     (`EpochTuning()` by default); it changes the speed and the memory, never the bins.
 
+    Steps (`seqpack_cli.epoch.dealing`): a step is `world_size x rows_per_rank` bins, the rows
+    every rank trains on at once; every rank gets `num_steps` steps, and step s of this rank is
+    its bins `s*B .. s*B + B - 1` (`plan.step(s)`). `balance=None` deals them as
+    DistributedSampler (today's order, whatever `rows_per_rank`); `balance="cost"` deals each
+    step's bins so that the ranks' costs are equal, a bin costing the sum over its sequences of
+    `cost_per_token * l + l**2` (see `seqpack_cli.hf.cost_per_token` for c), from windows of
+    `balance_window` steps. `cursor`: deal only what an earlier run left of the epoch
+    (`cursor_after(steps)` of that run's plan), with this plan's world size, rows and balance.
+
     `plan[k]` is the list of ids of this rank's k-th bin, `plan.lengths(k)` its template;
     `iter(plan)` / `plan.iter(start)` yield the bins in order (resume at any bin);
     `plan.bins(start, stop)` computes a batch at once, and `plan.bin_arrays(start, stop)` the
@@ -109,29 +124,59 @@ class EpochPlan:
         world_size: int = 1,
         drop_last: bool = False,
         tuning: EpochTuning | None = None,
+        rows_per_rank: int = 1,
+        balance: str | None = None,
+        cost_per_token: float | None = None,
+        balance_window: int = DEFAULT_BALANCE_WINDOW,
+        cursor: EpochCursor | Mapping[str, Any] | None = None,
     ) -> None:
         self.seed = check_optional_seed(seed)
         self.rank, self.world_size = _rank_options(rank, world_size)
         self.drop_last = bool(drop_last)
         self.tuning = _check_tuning(tuning)
+        self.rows_per_rank, self.balance, self.cost_per_token, self.balance_window = _step_options(
+            rows_per_rank, balance, cost_per_token, balance_window
+        )
+        self.cursor = _check_cursor(cursor)
         pairs = canonical_templates(templates)
         needed = ids_needed(pairs)
         self._pools = IdPools(pools, needed, self.seed, self.tuning)
         self._tables = TemplateTables(
             pairs, self._pools.lengths, self._pools.member_dtype, self.tuning
         )
+        self.templates: list[Template] = self._tables.templates
         self.num_bins_total = total = self._tables.num_bins
         self.num_sequences = sum(needed.values())
         self.max_seq_len_needed = max((sum(t) for t in self._tables.templates), default=0)
-        self._len = total // self.world_size if self.drop_last else -(-total // self.world_size)
         self._order: FeistelPermutation | None = None
         if total and self.seed is not None:
             order_seed = seed_from_components(self.seed, _ORDER_COMPONENT)
             self._order = FeistelPermutation(total, order_seed)
+        self._stream = Stream(self.cursor, total)
+        self._deal: StridedDeal | BalancedDeal
+        if self.balance is None:
+            self._deal = StridedDeal(
+                len(self._stream), self.rank, self.world_size, self.rows_per_rank, self.drop_last
+            )
+        else:
+            self._template_costs = template_costs(self.templates, self.cost_per_token or 0.0)
+            self._deal = BalancedDeal(
+                len(self._stream),
+                self.rank,
+                self.world_size,
+                self.rows_per_rank,
+                self.balance_window,
+                self.drop_last,
+                self.seed,
+                self._stream_costs,
+            )
+        self._len = self._deal.num_bins
+        self.num_steps = self._deal.num_steps
         batch_bins = self.tuning.batch_bins(len(needed), self.num_sequences, total)
         self._drawer = BatchDrawer(self._tables, self._pools, self.tuning, batch_bins)
         logger.debug(
-            "epoch plan: %d templates, %d lengths, %d bins (%d for rank %d/%d), seed %s",
+            "epoch plan: %d templates, %d lengths, %d bins (%d for rank %d/%d), seed %s, "
+            "%d steps of %d rows, balance %s",
             len(self._tables.templates),
             len(needed),
             total,
@@ -139,6 +184,9 @@ class EpochPlan:
             self.rank,
             self.world_size,
             self.seed,
+            self.num_steps,
+            self.rows_per_rank,
+            self.balance,
         )
 
     def __len__(self) -> int:
@@ -148,7 +196,8 @@ class EpochPlan:
         return (
             f"EpochPlan(bins={self._len}, num_bins_total={self.num_bins_total}, "
             f"num_sequences={self.num_sequences}, seed={self.seed}, rank={self.rank}, "
-            f"world_size={self.world_size}, drop_last={self.drop_last})"
+            f"world_size={self.world_size}, drop_last={self.drop_last}, "
+            f"rows_per_rank={self.rows_per_rank}, balance={self.balance!r})"
         )
 
     def lengths(self, k: int) -> Template:
@@ -181,6 +230,19 @@ class EpochPlan:
         first, last, _ = slice(start, stop).indices(self._len)
         return list(itertools.chain.from_iterable(self._blocks(first, last, ramp=False)))
 
+    def step(self, s: int) -> list[list[int]]:
+        """This rank's bins of step `s` (`rows_per_rank` of them; fewer only in the last step of
+        an unbalanced plan whose rank's bins `rows_per_rank` does not divide)."""
+        s = check_int(
+            "step",
+            s,
+            minimum=0,
+            maximum=max(0, self.num_steps - 1),
+            expected=f"a step from 0 to {self.num_steps - 1} (the steps of this epoch)",
+            fix="pass a step of this epoch",
+        )
+        return self.bins(s * self.rows_per_rank, (s + 1) * self.rows_per_rank)
+
     def bin_arrays(self, start: int, stop: int) -> tuple[np.ndarray, np.ndarray]:
         """This rank's bins `start .. stop-1` (slice semantics, as `bins`) as arrays, with no
         Python object per id: `(ids, offsets)`, int64, bin i's ids being
@@ -189,12 +251,70 @@ class EpochPlan:
         one batch of work arrays."""
         first, last, _ = slice(start, stop).indices(self._len)
         scratch = self._drawer.scratch()
-        batch_bins = self._drawer.batch_bins
+        return self._draw_arrays(
+            (
+                self._canonical_bins(batch, min(batch + self._drawer.batch_bins, last), scratch)
+                for batch in range(first, last, self._drawer.batch_bins)
+            ),
+            scratch,
+        )
+
+    def step_templates(self, first: int, last: int) -> np.ndarray:
+        """The templates (indices into `plan.templates`) of every rank's bins in steps
+        first..last-1: int64 `[steps, world_size, rows_per_rank]`, -1 where a rank has no bin.
+        What each rank trains on in each step, known to every rank without communication."""
+        bins = self._step_bins(first, last)
+        missing = bins < 0
+        scratch = Scratch()
+        t = self._tables.templates_of(np.where(missing, 0, bins).ravel(), scratch)
+        t = t.astype(np.int64).reshape(bins.shape)
+        t[missing] = -1
+        return t
+
+    def step_costs(self, first: int, last: int) -> np.ndarray:
+        """Each rank's cost in steps first..last-1, float64 `[steps, world_size]`: the sum over
+        its bins of the template costs (`cost_per_token * l + l**2` summed over the sequences;
+        c = 0 when the plan has no cost_per_token)."""
+        costs = getattr(self, "_template_costs", None)
+        if costs is None:
+            costs = template_costs(self.templates, self.cost_per_token or 0.0)
+        t = self.step_templates(first, last)
+        per_bin = np.where(t < 0, 0.0, costs.take(np.maximum(t, 0)))
+        return per_bin.sum(axis=2)
+
+    def step_id_arrays(self, first: int, last: int) -> tuple[np.ndarray, np.ndarray]:
+        """The ids of every rank's bins in steps first..last-1, as `bin_arrays` gives them:
+        `(ids, offsets)`, the bins in `[step, rank, row]` order (missing bins left out)."""
+        bins = self._step_bins(first, last).ravel()
+        bins = bins[bins >= 0]
+        scratch = self._drawer.scratch()
+        size = self._drawer.batch_bins
+        chunks = (bins[i : i + size].copy() for i in range(0, len(bins), size))
+        return self._draw_arrays(chunks, scratch)
+
+    def cursor_after(self, steps: int) -> EpochCursor:
+        """What is left of the epoch once every rank has taken `steps` steps: pass it as
+        `EpochPlan(..., cursor=...)` (any world size, rows per rank and balance) to deal exactly
+        the bins not dealt yet, each once."""
+        steps = check_int(
+            "steps",
+            steps,
+            minimum=0,
+            maximum=self.num_steps,
+            expected=f"a number of steps from 0 to {self.num_steps}",
+            fix="pass the steps this epoch's plan has taken",
+        )
+        consumed, unplayed = self._deal.consumed_after(steps)
+        return self._stream.cursor_after(consumed, unplayed)
+
+    def _draw_arrays(
+        self, batches: Iterator[np.ndarray], scratch: Scratch
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """The ids of batches of canonical bins, concatenated as `(ids, offsets)`."""
         parts: list[np.ndarray] = []
         offsets = [np.zeros(1, dtype=np.int64)]
         num_ids = 0
-        for batch in range(first, last, batch_bins):
-            bins = self._canonical_bins(batch, min(batch + batch_bins, last), scratch)
+        for bins in batches:
             chunk = self._drawer.draw(bins, scratch, grouped=False)
             parts.append(chunk.ids.copy())  # the work arrays are reused by the next batch
             offsets.append(chunk.ends + num_ids)
@@ -226,23 +346,103 @@ class EpochPlan:
             i += self._len
         if not 0 <= i < self._len:
             raise IndexError(f"bin {k} is out of range for an epoch plan of {self._len} bins")
-        g = (self.rank + i * self.world_size) % self.num_bins_total
-        return self._order[g] if self._order is not None else g
+        if self.balance is None and not self.cursor.pending:
+            g = (self.cursor.next_position + self.rank + i * self.world_size) % self.num_bins_total
+            return self._order[g] if self._order is not None else g
+        return int(self._canonical_bins(i, i + 1, Scratch())[0])
 
     def _canonical_bins(self, first: int, last: int, scratch: Scratch) -> np.ndarray:
         """The canonical bins of this rank's bins first..last-1 (0 <= first < last <= len), as
         an int64 work array of `scratch`: `_canonical_bin`, vectorised."""
-        num_bins = last - first
-        g = scratch.array("bins.g", num_bins, np.int64)
-        np.add(scratch.iota(num_bins), first, out=g)
-        if self.world_size > 1:
-            g *= self.world_size
-            g += self.rank
-        if not self.drop_last and g[-1] >= self.num_bins_total:
-            g %= self.num_bins_total  # the DistributedSampler padding wraps around
+        u = self._deal.rank_indices(first, last, scratch.array("bins.g", last - first, np.int64))
+        return self._canonical_of_stream(u, scratch)
+
+    def _canonical_of_stream(self, u: np.ndarray, scratch: Scratch | None = None) -> np.ndarray:
+        """The canonical bins of the stream indices `u` (int64, overwritten and returned)."""
+        g = self._stream.positions(u)  # past the stream's end: wrapped (padding)
         if self._order is not None:
             self._order.permute_inplace(g.view(np.uint64), scratch)  # values < 2**63
         return g
+
+    def _step_bins(self, first: int, last: int) -> np.ndarray:
+        """The canonical bins of steps first..last-1, `[steps, W, B]`, -1 where missing."""
+        first, last, _ = slice(first, last).indices(self.num_steps)
+        u = self._deal.steps(first, max(first, last)).copy()
+        present = u >= 0
+        u[present] = self._canonical_of_stream(u[present])
+        return u
+
+    def _stream_costs(self, u: np.ndarray) -> np.ndarray:
+        """The costs of the bins at stream indices `u` (what `BalancedDeal` sorts by)."""
+        bins = self._canonical_of_stream(u)
+        return self._template_costs.take(self._tables.templates_of(bins, Scratch()))
+
+
+def template_costs(templates: Sequence[Template], cost_per_token: float) -> np.ndarray:
+    """Each template's cost, `sum(cost_per_token * l + l**2 for l in template)` (float64): the
+    linear layers' work grows with the tokens, attention's with the squares of the sequences'
+    lengths."""
+    return np.array(
+        [cost_per_token * sum(t) + float(sum(length * length for length in t)) for t in templates],
+        dtype=np.float64,
+    )
+
+
+def _step_options(
+    rows_per_rank: Any, balance: Any, cost_per_token: Any, balance_window: Any
+) -> tuple[int, str | None, float | None, int]:
+    """The step options checked: (rows_per_rank, balance, cost_per_token, balance_window)."""
+    rows_per_rank = check_int(
+        "rows_per_rank",
+        rows_per_rank,
+        minimum=1,
+        fix="pass the packed rows each rank trains on per step (its batch size)",
+    )
+    if balance not in BALANCES:
+        raise ConfigError(
+            f"balance is {balance!r}; expected None (DistributedSampler's order) or 'cost' "
+            "(ranks balanced by attention cost)"
+        )
+    if cost_per_token is not None:
+        if isinstance(cost_per_token, (bool, np.bool_)) or not isinstance(
+            cost_per_token, (int, float, np.integer, np.floating)
+        ):
+            raise ConfigError(
+                f"cost_per_token is {cost_per_token!r}; expected a number >= 0: derive it with "
+                "seqpack_cli.hf.cost_per_token(model.config)"
+            )
+        cost_per_token = float(cost_per_token)
+        if not (cost_per_token >= 0 and np.isfinite(cost_per_token)):
+            raise ConfigError(
+                f"cost_per_token is {cost_per_token!r}; expected a finite number >= 0: derive "
+                "it with seqpack_cli.hf.cost_per_token(model.config)"
+            )
+    elif balance == "cost":
+        raise ConfigError(
+            "balance='cost' needs cost_per_token (the linear layers' work per token relative to "
+            "attention's per token pair); derive it with seqpack_cli.hf.cost_per_token("
+            "model.config), e.g. 12 * hidden_size for a standard transformer"
+        )
+    balance_window = check_int(
+        "balance_window",
+        balance_window,
+        minimum=1,
+        fix=f"pass the steps per balancing window (default {DEFAULT_BALANCE_WINDOW})",
+    )
+    return rows_per_rank, balance, cost_per_token, balance_window
+
+
+def _check_cursor(cursor: Any) -> EpochCursor:
+    if cursor is None:
+        return EpochCursor()
+    if isinstance(cursor, EpochCursor):
+        return cursor
+    if isinstance(cursor, Mapping):
+        return EpochCursor.from_state(cursor)
+    raise ConfigError(
+        f"cursor is a {type(cursor).__name__}; expected an EpochCursor (EpochPlan.cursor_after) "
+        "or its to_state() dict, or None for the whole epoch"
+    )
 
 
 def _check_tuning(tuning: Any) -> EpochTuning:

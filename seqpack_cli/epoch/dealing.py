@@ -1,0 +1,200 @@
+"""How an epoch's stream of bins is dealt to ranks, step by step: strided, or balanced by cost.
+
+A step is `world_size x rows_per_rank` bins: every rank trains on `rows_per_rank` of them at
+once, and waits for the slowest rank before the next step. Both deals give every rank the same
+number of steps and deal each stream index (`seqpack_cli.epoch.cursor`) once; past the stream's
+end they wrap around to its start, as torch's `DistributedSampler` pads (`drop_last=True` drops
+the tail instead). They work on stream indices; the plan maps those to bins.
+
+- `StridedDeal` (balance=None): rank r takes stream indices r, r + W, r + 2W, ... exactly as
+  `DistributedSampler`; step s of rank r is its bins s*B .. s*B + B - 1.
+- `BalancedDeal` (balance="cost"): a bin costs the sum over its sequences of `c*l + l**2`
+  (linear layers plus attention), and a rank's step costs the sum of its bins, so a step lasts as
+  long as its most expensive rank. The stream is cut into windows of `window` steps
+  (`window*W*B` consecutive stream indices); each window's bins are sorted by cost (descending,
+  ties in stream order) and cut into steps, so a step holds bins of nearly equal cost; each step's
+  bins are dealt longest-processing-time first, round by round (every rank gets one bin per round,
+  the costliest bin of the round to the least-loaded rank), so each rank gets exactly B bins;
+  the steps of a window are then played in a seeded shuffled order, so the epoch does not run
+  from expensive to cheap steps within a window. A larger window balances better (its steps'
+  costs are closer together) and mixes the step order less; `DEFAULT_BALANCE_WINDOW` is the
+  measured default (`benchmarks/bench_balance.py`). Any step costs O(window * W * B) to compute,
+  with no state carried from step to step; the last window computed is kept, so iterating costs
+  O(W * B) per step.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import numpy as np
+
+from seqpack_cli.seeding import mix64, seed_from_components
+
+__all__ = ["DEFAULT_BALANCE_WINDOW", "BalancedDeal", "StridedDeal"]
+
+DEFAULT_BALANCE_WINDOW = 16
+"""Steps per balancing window (see the module docstring and benchmarks/bench_balance.py)."""
+
+# Seed components of a window's step order: (epoch seed, _ORDER_COMPONENT, window). Three
+# components never collide with the plan's (seed, 0) bin order or (seed, length) pool seeds.
+_ORDER_COMPONENT = 0
+# Windows computed together: enough stream indices per numpy call to amortise its overhead.
+_WINDOW_INDICES = 1 << 16
+
+
+class StridedDeal:
+    """balance=None: the stream dealt as torch's `DistributedSampler` deals a dataset."""
+
+    def __init__(
+        self, stream_len: int, rank: int, world_size: int, rows_per_rank: int, drop_last: bool
+    ) -> None:
+        self.rank, self.world_size, self.rows_per_rank = rank, world_size, rows_per_rank
+        if drop_last:
+            self.num_bins = stream_len // world_size
+        else:
+            self.num_bins = -(-stream_len // world_size)
+        self.num_steps = -(-self.num_bins // rows_per_rank)
+
+    def rank_indices(self, first: int, last: int, out: np.ndarray) -> np.ndarray:
+        """The stream indices of this rank's bins first..last-1, written into `out` (int64)."""
+        out[:] = np.arange(first, last, dtype=np.int64)
+        if self.world_size > 1:
+            out *= self.world_size
+            out += self.rank
+        return out
+
+    def steps(self, first: int, last: int) -> np.ndarray:
+        """The stream indices of steps first..last-1, `[steps, world_size, rows_per_rank]`, -1
+        where a rank has no bin (only in the last step, when B does not divide its bins)."""
+        world, rows = self.world_size, self.rows_per_rank
+        step = np.arange(first, last, dtype=np.int64)[:, None, None]
+        k = step * rows + np.arange(rows, dtype=np.int64)[None, None, :]  # bin of each rank
+        u = k * world + np.arange(world, dtype=np.int64)[None, :, None]
+        return np.where(k < self.num_bins, u, -1)
+
+    def consumed_after(self, steps: int) -> tuple[int, np.ndarray | None]:
+        """(stream indices dealt, None) after `steps` steps: a prefix of the stream."""
+        return min(steps * self.rows_per_rank, self.num_bins) * self.world_size, None
+
+
+class BalancedDeal:
+    """balance="cost": each step's bins dealt so that the ranks' costs are equal (see the module
+    docstring). `cost_of(u)` is the cost of the bins at stream indices `u` (float64; it may
+    overwrite `u`)."""
+
+    def __init__(
+        self,
+        stream_len: int,
+        rank: int,
+        world_size: int,
+        rows_per_rank: int,
+        window: int,
+        drop_last: bool,
+        seed: int | None,
+        cost_of: Callable[[np.ndarray], np.ndarray],
+    ) -> None:
+        self.rank, self.world_size, self.rows_per_rank = rank, world_size, rows_per_rank
+        self.window, self.seed, self._cost_of = window, seed, cost_of
+        self.step_bins = world_size * rows_per_rank
+        self.window_bins = window * self.step_bins
+        if drop_last:
+            self.num_steps = stream_len // self.step_bins
+        else:
+            self.num_steps = -(-stream_len // self.step_bins)
+        self.num_bins = self.num_steps * rows_per_rank
+        self._stream_len = stream_len
+        self._cache: tuple[int, int, np.ndarray] | None = None  # (first window, last, deals)
+
+    def rank_indices(self, first: int, last: int, out: np.ndarray) -> np.ndarray:
+        """The stream indices of this rank's bins first..last-1, written into `out` (int64)."""
+        k = np.arange(first, last, dtype=np.int64)
+        step, row = np.divmod(k, self.rows_per_rank)
+        window = step // self.window
+        bounds = np.searchsorted(window, np.arange(int(window[0]), int(window[-1]) + 2))
+        per_call = max(1, _WINDOW_INDICES // self.window_bins)
+        for i in range(0, len(bounds) - 1, per_call):
+            a, b = int(bounds[i]), int(bounds[min(i + per_call, len(bounds) - 1)])
+            w0 = int(window[a])
+            deals = self._deals(w0, int(window[b - 1]) + 1)
+            out[a:b] = deals[step[a:b] - w0 * self.window, self.rank, row[a:b]]
+        return out
+
+    def steps(self, first: int, last: int) -> np.ndarray:
+        """The stream indices of steps first..last-1, `[steps, world_size, rows_per_rank]`."""
+        if first >= last:
+            return np.empty((0, self.world_size, self.rows_per_rank), dtype=np.int64)
+        w0, w1 = first // self.window, (last - 1) // self.window + 1
+        deals = self._deals(w0, w1)
+        return deals[first - w0 * self.window : last - w0 * self.window]
+
+    def consumed_after(self, steps: int) -> tuple[int, np.ndarray | None]:
+        """(stream indices covered, those of them not dealt yet) after `steps` steps: the
+        windows before the current one, and the current window less its steps played. After
+        the last step: all but a tail `drop_last` dropped."""
+        if steps >= self.num_steps:
+            return min(self.num_steps * self.step_bins, self._stream_len), None
+        window, played = divmod(steps, self.window)
+        if not played:
+            return window * self.window_bins, None
+        deals = self._deals(window, window + 1)
+        # The window's stream indices end where its steps end (a last window dropping its tail
+        # leaves that tail in the stream), or at the stream's end (one padding its last step).
+        end = min(window * self.window_bins + len(deals) * self.step_bins, self._stream_len)
+        return end, deals[played:].ravel()
+
+    def _window_steps(self, window: int) -> int:
+        return min(self.window, self.num_steps - window * self.window)
+
+    def _deals(self, w0: int, w1: int) -> np.ndarray:
+        """The deals of windows w0..w1-1: `[steps, world_size, rows_per_rank]` stream indices,
+        steps w0*window .. on, in the order they are played."""
+        cached = self._cache
+        if cached is not None and cached[0] <= w0 and w1 <= cached[1]:
+            offset = (w0 - cached[0]) * self.window
+            return cached[2][offset : offset + (w1 - w0) * self.window]
+        full_end = min(w1, self.num_steps // self.window)  # windows of `window` steps
+        parts = []
+        if w0 < full_end:
+            parts.append(self._deal_windows(w0, full_end, self.window))
+        if full_end < w1:  # the epoch's last window, shorter
+            parts.append(self._deal_windows(full_end, w1, self._window_steps(full_end)))
+        deals = parts[0] if len(parts) == 1 else np.concatenate(parts)
+        self._cache = (w0, w1, deals)
+        return deals
+
+    def _deal_windows(self, w0: int, w1: int, steps: int) -> np.ndarray:
+        """Deal windows w0..w1-1, each of `steps` steps (all full, or the last one alone)."""
+        num_windows, width = w1 - w0, steps * self.step_bins
+        start = w0 * self.window_bins
+        flat = np.arange(start, start + num_windows * width, dtype=np.int64)
+        # Indices past the stream's end (padding) wrap around in the plan's mapping.
+        cost = self._cost_of(flat.copy()).reshape(num_windows, width)
+        by_cost = np.argsort(-cost, axis=1, kind="stable")
+        rows = num_windows * steps
+        u = np.take_along_axis(flat.reshape(num_windows, width), by_cost, axis=1)
+        cost = np.take_along_axis(cost, by_cost, axis=1)
+        deal = self._lpt(u.reshape(rows, self.step_bins), cost.reshape(rows, self.step_bins))
+        deal = deal.reshape(num_windows, steps, self.world_size, self.rows_per_rank)
+        if self.seed is not None and steps > 1:
+            salts = [seed_from_components(self.seed, _ORDER_COMPONENT, w) for w in range(w0, w1)]
+            keys = np.arange(steps, dtype=np.uint64)[None, :] ^ np.array(salts, np.uint64)[:, None]
+            order = np.argsort(mix64(keys), axis=1, kind="stable")
+            deal = np.take_along_axis(deal, order[:, :, None, None], axis=1)
+        return deal.reshape(num_windows * steps, self.world_size, self.rows_per_rank)
+
+    def _lpt(self, u: np.ndarray, cost: np.ndarray) -> np.ndarray:
+        """Each row's bins (sorted by cost, descending) dealt to the ranks round by round: round
+        b gives bins b*W .. b*W + W - 1 to the ranks from the least loaded up (ties: lower rank
+        first), so every rank gets exactly one bin per round. `[rows, W, B]`."""
+        world, rounds = self.world_size, self.rows_per_rank
+        if rounds == 1:
+            return u.reshape(len(u), world, 1)
+        deal = np.empty((len(u), world, rounds), dtype=np.int64)
+        loads = np.zeros((len(u), world))
+        rows = np.arange(len(u))[:, None]
+        for b in range(rounds):
+            ranks = np.argsort(loads, axis=1, kind="stable")
+            deal[rows, ranks, b] = u[:, b * world : (b + 1) * world]
+            loads[rows, ranks] += cost[:, b * world : (b + 1) * world]
+        return deal
