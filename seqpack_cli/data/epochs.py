@@ -17,6 +17,9 @@ from typing import Any
 
 from seqpack_cli.checks import check_int
 from seqpack_cli.collate import PackedCollator
+from seqpack_cli.data.targets import StepTargets
+from seqpack_cli.epoch.cursor import EpochCursor
+from seqpack_cli.epoch.dealing import DEFAULT_BALANCE_WINDOW
 from seqpack_cli.epoch.plan import EpochPlan
 from seqpack_cli.errors import ConfigError, PreparedFormatError
 from seqpack_cli.seeding import seed_from_components
@@ -101,6 +104,23 @@ def truncated_by_prepare(source: Any) -> bool:
     )
 
 
+def _stored_counts(
+    source: Any, token_source: Any, labels_source: Any, loss_mask_source: Any
+) -> Any:
+    """The per-sequence target counts stored with the labels or loss mask in use (`num_targets`
+    of the prepared directory's store, or of a token source written by `write_token_source`),
+    or None."""
+    for values in (labels_source, loss_mask_source):
+        counts = getattr(values, "num_targets", None)
+        if counts is not None:
+            return counts
+    store = [getattr(source, name, None) for name in ("tokens", "labels", "loss_mask")]
+    in_use = [token_source, labels_source, loss_mask_source]
+    if all(a is b for a, b in zip(in_use, store, strict=True)):
+        return getattr(source, "num_targets", None)  # counted from this very store
+    return None
+
+
 class PackedEpochs:
     """The base of both datasets: builds the collator and the current epoch's plan."""
 
@@ -125,6 +145,12 @@ class PackedEpochs:
         truncate: bool | None = None,
         verify: bool = False,
         pad_to: int | None = None,
+        rows_per_rank: int = 1,
+        balance: str | None = None,
+        cost_per_token: float | None = None,
+        balance_window: int = DEFAULT_BALANCE_WINDOW,
+        grad_accum: int = 1,
+        return_num_items_in_batch: bool = False,
     ) -> None:
         source = resolve_source(source, verify)
         self._templates, self._pools, prepared_max_seq_len, self._prepared_path = split_source(
@@ -156,7 +182,23 @@ class PackedEpochs:
             pad_to=pad_to,
         )
         self.max_seq_len = self.collator.max_seq_len
+        self.rows_per_rank, self.balance = rows_per_rank, balance
+        self.cost_per_token, self.balance_window = cost_per_token, balance_window
+        self.grad_accum = check_int(
+            "grad_accum",
+            grad_accum,
+            minimum=1,
+            fix="pass the micro-batches accumulated per optimizer step (1 without accumulation)",
+        )
+        self.return_num_items_in_batch = bool(return_num_items_in_batch)
+        self._targets: StepTargets | None = None
+        if self.return_num_items_in_batch:
+            counts = _stored_counts(source, token_source, labels_source, loss_mask_source)
+            self._targets = StepTargets(self.collator, counts, self.grad_accum)
         self._epoch = check_int("epoch", epoch, minimum=0)
+        # What is left of the current epoch when a run resumed on another layout (world size,
+        # rows per rank, balance): the plan deals only that.
+        self._cursor = EpochCursor()
         self._plan: EpochPlan | None = None
         # Built now, so bad templates/pools/rank fail here rather than inside a worker.
         plan = self.plan
@@ -182,15 +224,27 @@ class PackedEpochs:
                 rank=self.rank,
                 world_size=self.world_size,
                 drop_last=self.drop_last,
+                rows_per_rank=self.rows_per_rank,
+                balance=self.balance,
+                cost_per_token=self.cost_per_token,
+                balance_window=self.balance_window,
+                cursor=self._cursor,
             )
         return self._plan
+
+    def num_items_in_batch(self, step: int) -> int:
+        """The loss targets of the optimizer step holding step `step` of this rank's epoch:
+        every rank's, every micro-batch's (`grad_accum` steps of the plan), from the plan."""
+        if self._targets is None:
+            self._targets = StepTargets(self.collator, None, self.grad_accum)
+        return self._targets.for_step(self.plan, step)
 
     def _switch_epoch(self, epoch: Any) -> bool:
         """Make `epoch` current; True when it changed."""
         epoch = check_int("epoch", epoch, minimum=0)
         if epoch == self._epoch:
             return False
-        self._epoch, self._plan = epoch, None
+        self._epoch, self._plan, self._cursor = epoch, None, EpochCursor()
         return True
 
     def __getstate__(self) -> dict[str, Any]:

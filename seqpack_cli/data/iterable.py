@@ -1,5 +1,5 @@
 """`PackedIterableDataset`: the epoch split across ranks and DataLoader workers, in batches of
-B collated rows, with a resume state of a few integers."""
+B collated rows (a step of each rank), with a small resume state."""
 
 from __future__ import annotations
 
@@ -7,19 +7,54 @@ import logging
 from collections.abc import Iterator, Mapping
 from typing import Any
 
+import torch
 from torch.utils.data import IterableDataset
 
 from seqpack_cli.checks import check_int
 from seqpack_cli.data.epochs import PackedEpochs
+from seqpack_cli.epoch.cursor import EpochCursor
+from seqpack_cli.epoch.dealing import DEFAULT_BALANCE_WINDOW
+from seqpack_cli.epoch.plan import EpochPlan
 from seqpack_cli.errors import ConfigError
 from seqpack_cli.sharding import batch_stop, deal_batches, rank_and_world_size, worker_share
 
 __all__ = ["PackedIterableDataset"]
 
+
 logger = logging.getLogger(__name__)
 
-# The integers a state holds; the last four only check that the state fits this dataset.
+# What every state holds (states saved before steps and balancing hold only these).
 _STATE_KEYS = ("epoch", "num_bins_consumed", "num_bins", "seed", "rank", "world_size")
+# How the saved run dealt its steps; a state without them was saved by a strided plan.
+_LAYOUT_KEYS = ("world_size", "rows_per_rank", "balance", "cost_per_token", "balance_window")
+
+
+def _saved_layout(state: Mapping[str, Any], drop_last: bool) -> dict[str, Any]:
+    """How the run that saved `state` dealt its steps (a state saved before steps and balancing
+    existed: one row per step, DistributedSampler's order, this dataset's drop_last)."""
+    if not all(key in state for key in _LAYOUT_KEYS):
+        return {
+            "world_size": state["world_size"],
+            "rows_per_rank": 1,
+            "balance": None,
+            "cost_per_token": None,
+            "balance_window": DEFAULT_BALANCE_WINDOW,
+            "drop_last": drop_last,
+            "cursor": EpochCursor(),
+        }
+    layout = {key: state[key] for key in _LAYOUT_KEYS}
+    layout["drop_last"] = bool(state.get("drop_last", drop_last))
+    layout["cursor"] = EpochCursor.from_state(state.get("cursor", EpochCursor().to_state()))
+    return layout
+
+
+def _same_deal(saved: Mapping[str, Any], current: Mapping[str, Any]) -> bool:
+    """Whether two layouts deal the same bins to the same ranks in the same order (a strided
+    deal does not depend on the rows per step, nor on a cost)."""
+    keys = ["world_size", "drop_last", "cursor", "balance"]
+    if current["balance"] is not None:
+        keys += ["rows_per_rank", "cost_per_token", "balance_window"]
+    return all(saved[key] == current[key] for key in keys)
 
 
 class PackedIterableDataset(PackedEpochs, IterableDataset):
@@ -39,12 +74,24 @@ class PackedIterableDataset(PackedEpochs, IterableDataset):
     in-order DataLoader takes one item from each worker in turn, so the training loop receives
     the rank's bins in order, whatever W and B.
 
-    Resume: `state_dict()` is a few integers, `{"epoch", "num_bins_consumed", ...}`, where
-    `num_bins_consumed` counts the bins (rows) of this rank's epoch that the training loop has
-    taken; `load_state_dict(state)` makes the next pass start right after them, so a resumed run
-    sees exactly the rest of the epoch, in the same batches (with the same `batch_size`; the
-    state itself does not depend on B or W). Each pass (each `iter(loader)`) starts at that
-    resume point (0 after `set_epoch` of a new epoch).
+    Steps: item j is step j of this rank's plan (`EpochPlan(..., rows_per_rank=batch_size)`):
+    every rank makes the same number of items. `balance="cost"` (with `cost_per_token`, see
+    `seqpack_cli.hf.cost_per_token`) deals each step's bins so that the ranks' attention costs
+    are equal (`seqpack_cli.epoch.dealing`); None keeps DistributedSampler's order.
+    `return_num_items_in_batch=True` adds `num_items_in_batch` to every item: the loss targets of
+    the whole optimizer step (`grad_accum` items of every rank), computed from the plan
+    (`seqpack_cli.data.targets`), so `model(**batch)` of a transformers model returns the sum of
+    the token losses over that count, and the gradients summed over the micro-batches (and
+    averaged by DDP, times the world size) are those of the step's token-mean loss.
+
+    Resume: `state_dict()` is a small dict of numbers, `{"epoch", "num_bins_consumed", ...}`,
+    where `num_bins_consumed` counts the bins (rows) of this rank's epoch that the training loop
+    has taken; `load_state_dict(state)` makes the next pass start right after them, so a resumed
+    run sees exactly the rest of the epoch, in the same batches. The state also records how the
+    steps were dealt (world size, `batch_size`, balance) and where the epoch resumed
+    (`cursor`): loaded by a run with another world size, batch size or balance, any rank's state
+    continues the epoch from the global step reached, with no bin repeated or skipped (the rest
+    of the epoch is dealt anew; the steps already taken must be whole).
     - Through `PackedDataLoader` (any num_workers) or iterated in this process: the loader, or
       the dataset itself, counts the batches the loop took; `state_dict()` is exact at any time.
     - A plain `DataLoader` with workers makes the batches in other processes, which this
@@ -59,9 +106,14 @@ class PackedIterableDataset(PackedEpochs, IterableDataset):
         rank, world_size: this process's data-parallel rank and their number; default to
             `torch.distributed`'s when it is initialised (else 0 and 1).
         drop_last: drop the bins that do not divide evenly across ranks instead of wrapping.
-        batch_size: rows (bins) per item; 1 gives the one-row items of earlier versions.
+        batch_size: rows (bins) per item, the plan's `rows_per_rank`; 1 gives the one-row
+            items of earlier versions.
         drop_remainder: leave out a pass's last batch when it holds fewer than `batch_size`
             rows (fixed shapes on every step).
+        balance, cost_per_token, balance_window: how each step's bins are dealt to the ranks
+            (`EpochPlan`): None (the default) or "cost".
+        grad_accum: micro-batches (items) per optimizer step, for `num_items_in_batch`.
+        return_num_items_in_batch: add `num_items_in_batch` (a 0-d int64 tensor) to every item.
     """
 
     def __init__(
@@ -87,6 +139,11 @@ class PackedIterableDataset(PackedEpochs, IterableDataset):
         pad_to: int | None = None,
         batch_size: int = 1,
         drop_remainder: bool = False,
+        balance: str | None = None,
+        cost_per_token: float | None = None,
+        balance_window: int = DEFAULT_BALANCE_WINDOW,
+        grad_accum: int = 1,
+        return_num_items_in_batch: bool = False,
     ) -> None:
         rank, world_size = rank_and_world_size(rank, world_size)
         self.batch_size = check_int(
@@ -115,6 +172,12 @@ class PackedIterableDataset(PackedEpochs, IterableDataset):
             truncate=truncate,
             verify=verify,
             pad_to=pad_to,
+            rows_per_rank=self.batch_size,
+            balance=balance,
+            cost_per_token=cost_per_token,
+            balance_window=balance_window,
+            grad_accum=grad_accum,
+            return_num_items_in_batch=return_num_items_in_batch,
         )
         if pad_to is not None and pad_to < self.batch_size * self.max_seq_len:
             raise ConfigError(
@@ -151,6 +214,10 @@ class PackedIterableDataset(PackedEpochs, IterableDataset):
         )
         for end, bins in batches:
             batch = self.collator(bins)
+            if self.return_num_items_in_batch:
+                step = (end - len(bins)) // self.batch_size
+                count = self.num_items_in_batch(step)
+                batch["num_items_in_batch"] = torch.tensor(count, dtype=torch.int64)
             if counting:
                 # Counted before the yield: once the consumer holds the batch, its bins are done.
                 self._position = end
@@ -161,8 +228,8 @@ class PackedIterableDataset(PackedEpochs, IterableDataset):
         `PackedDataLoader` calls, as it hands the training loop each batch)."""
         self._position = min(self._start + num_batches * self.batch_size, len(self.plan))
 
-    def state_dict(self, num_bins_taken: int | None = None) -> dict[str, int]:
-        """The resume state, a dict of ints; see the class docstring.
+    def state_dict(self, num_bins_taken: int | None = None) -> dict[str, Any]:
+        """The resume state, a small JSON-able dict; see the class docstring.
 
         Args:
             num_bins_taken: with a plain DataLoader with workers, the rows (bins, not batches)
@@ -187,25 +254,89 @@ class PackedIterableDataset(PackedEpochs, IterableDataset):
             "seed": self.seed,
             "rank": self.rank,
             "world_size": self.world_size,
+            "rows_per_rank": self.batch_size,
+            "balance": self.balance,
+            "cost_per_token": self.cost_per_token,
+            "balance_window": self.balance_window,
+            "drop_last": self.drop_last,
+            "cursor": self._cursor.to_state(),
         }
 
-    def load_state_dict(self, state: Mapping[str, int]) -> None:
-        """Resume: the next pass starts right after the bins `state` says were consumed."""
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        """Resume: the next pass starts right after the bins `state` says were consumed; on
+        another layout (world size, batch size, balance), at the global step they reached."""
         missing = [key for key in _STATE_KEYS if key not in state]
         if missing:
             raise ConfigError(
                 f"state is missing {', '.join(missing)}; expected the dict state_dict() returned"
             )
-        for key in ("seed", "rank", "world_size"):
-            if state[key] != getattr(self, key):
-                raise ConfigError(
-                    f"state was saved with {key}={state[key]} but this dataset has {key}="
-                    f"{getattr(self, key)}; resume with the same {key} (a different one gives "
-                    "different bins, so the saved position would not mean the same data)"
-                )
+        if state["seed"] != self.seed:
+            raise ConfigError(
+                f"state was saved with seed={state['seed']} but this dataset has seed="
+                f"{self.seed}; resume with the same seed (a different one gives different bins, "
+                "so the saved position would not mean the same data)"
+            )
         self._switch_epoch(state["epoch"])
-        num_bins = len(self.plan)
+        saved = _saved_layout(state, self.drop_last)
         consumed = check_int("num_bins_consumed", state["num_bins_consumed"], minimum=0)
+        if _same_deal(saved, self._layout()):
+            self._resume_in_place(state, consumed)
+            return
+        saved_plan = EpochPlan(
+            self._templates,
+            self._pools,
+            self.plan.seed,
+            world_size=saved["world_size"],
+            drop_last=saved["drop_last"],
+            rows_per_rank=saved["rows_per_rank"],
+            balance=saved["balance"],
+            cost_per_token=saved["cost_per_token"],
+            balance_window=saved["balance_window"],
+            cursor=saved["cursor"],
+        )
+        rows = saved["rows_per_rank"]
+        if state["num_bins"] != len(saved_plan) or consumed > len(saved_plan):
+            raise ConfigError(
+                f"state has num_bins={state['num_bins']} and num_bins_consumed={consumed} but "
+                f"its layout gives {len(saved_plan)} bins per rank on this data; resume with the "
+                "same prepared data and seed"
+            )
+        if consumed % rows and consumed != len(saved_plan):
+            raise ConfigError(
+                f"state has num_bins_consumed={consumed}, not a whole number of its steps of "
+                f"{rows} rows; resume on another layout from a state saved between steps"
+            )
+        steps = -(-consumed // rows)
+        self._cursor, self._plan = saved_plan.cursor_after(steps), None
+        self._start = self._position = 0
+        logger.info(
+            "epoch %d resumed after global step %d of a run of world size %d x %d rows "
+            "(balance %s): %d bins left for rank %d of %d",
+            self._epoch,
+            steps,
+            saved["world_size"],
+            rows,
+            saved["balance"],
+            len(self.plan),
+            self.rank,
+            self.world_size,
+        )
+
+    def _layout(self) -> dict[str, Any]:
+        """How this dataset deals its steps, as a state records it."""
+        return {
+            "world_size": self.world_size,
+            "rows_per_rank": self.batch_size,
+            "balance": self.balance,
+            "cost_per_token": self.cost_per_token,
+            "balance_window": self.balance_window,
+            "drop_last": self.drop_last,
+            "cursor": self._cursor,
+        }
+
+    def _resume_in_place(self, state: Mapping[str, Any], consumed: int) -> None:
+        """Resume on the layout the state was saved with: at the same bin of the same plan."""
+        num_bins = len(self.plan)
         if state["num_bins"] != num_bins or consumed > num_bins:
             raise ConfigError(
                 f"state has num_bins={state['num_bins']} and num_bins_consumed={consumed} but "

@@ -5,8 +5,10 @@ from __future__ import annotations
 import operator
 from typing import Any
 
+import torch
 from torch.utils.data import Dataset
 
+from seqpack_cli.checks import check_int
 from seqpack_cli.data.epochs import PackedEpochs
 
 __all__ = ["PackedDataset"]
@@ -48,6 +50,10 @@ class PackedDataset(PackedEpochs, Dataset):
         verify: check every file's sha256 first (`load_prepared(..., verify=True)`: reads
             every byte, ~0.3 s per GB here); every load already checks sizes, structure and
             the token store's first and last MiB.
+        batch_size, grad_accum, return_num_items_in_batch: with `return_num_items_in_batch`,
+            item k carries `num_items_in_batch`, the loss targets of its optimizer step: the
+            items k with the same `k // (batch_size * grad_accum)`, i.e. `grad_accum` batches
+            of `batch_size` rows (`seqpack_cli.data.targets`).
     """
 
     def __init__(
@@ -68,7 +74,16 @@ class PackedDataset(PackedEpochs, Dataset):
         truncate: bool | None = None,
         verify: bool = False,
         pad_to: int | None = None,
+        batch_size: int = 1,
+        grad_accum: int = 1,
+        return_num_items_in_batch: bool = False,
     ) -> None:
+        batch_size = check_int(
+            "batch_size",
+            batch_size,
+            minimum=1,
+            fix="pass the rows per training step (the DataLoader's batch size)",
+        )
         super().__init__(
             source,
             token_source,
@@ -88,7 +103,11 @@ class PackedDataset(PackedEpochs, Dataset):
             truncate=truncate,
             verify=verify,
             pad_to=pad_to,
+            rows_per_rank=batch_size,
+            grad_accum=grad_accum,
+            return_num_items_in_batch=return_num_items_in_batch,
         )
+        self.batch_size = batch_size
         # (plan, first bin, its bins, the last bin read, reads in order): see `_bin`.
         self._block: tuple[Any, int, list[list[int]], int, int] = (None, 0, [], -1, 0)
 
@@ -105,7 +124,13 @@ class PackedDataset(PackedEpochs, Dataset):
         return len(self.plan)
 
     def __getitem__(self, k: int) -> dict[str, Any]:
-        return self.collator([self._bin(k)])
+        item = self.collator([self._bin(k)])
+        if self.return_num_items_in_batch:
+            index = operator.index(k)
+            step = (index + len(self) if index < 0 else index) // self.batch_size
+            count = self.num_items_in_batch(step)
+            item["num_items_in_batch"] = torch.tensor(count, dtype=torch.int64)
+        return item
 
     def _bin(self, k: int) -> list[int]:
         """`plan[k]`, from a block of bins computed at once when the items are read in order.
