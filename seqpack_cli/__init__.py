@@ -35,6 +35,7 @@ _EXPORTS: dict[str, str] = {
     "pack_length_histogram_batched": "packing.histogram",
     # epochs
     "EpochPlan": "epoch.plan",
+    "EpochCursor": "epoch.cursor",
     "materialize_epoch": "epoch.plan",
     # statistics
     "PackingStats": "packing.efficiency",
