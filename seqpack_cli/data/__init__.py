@@ -6,13 +6,16 @@ seed_from_components(seed, epoch), ...)`, so the pairings change every epoch, ar
 every process, and bin k is computed directly (no epoch is ever materialised).
 
 - `PackedIterableDataset(..., batch_size=B)` (`iterable`): the rank's share of the epoch in
-  items of B collated rows (one bin per row), made in the DataLoader's workers; sharded across
-  data-parallel ranks and workers, with `set_epoch` and a resume `state_dict`.
+  items of B collated rows (one bin per row; item j is step j of the plan), made in the
+  DataLoader's workers; sharded across data-parallel ranks (optionally balanced by attention
+  cost) and workers, with `set_epoch` and a resume `state_dict` that also resumes on another
+  world size.
 - `PackedDataLoader(dataset, num_workers=W)` (`loader`): the DataLoader for it, which counts the
   batches the loop takes, so `state_dict()` is exact at any step with any W; resuming yields
   exactly the batches an uninterrupted run would have yielded next.
 - `PackedDataset` (`map_style`): map-style, `ds[k]` is bin k collated as a batch of one row.
 - `epochs`: what the datasets share (the source, the collator, the seed, the epoch's plan).
+- `targets`: `num_items_in_batch`, the loss targets of a whole optimizer step, from the plan.
 
 An item is the dict `PackedCollator` gives for its bins, so it has the batch dimension
 (`input_ids` is `[B, max_seq_len]` with format="padded", `[1, num_tokens]` with
