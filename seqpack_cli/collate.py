@@ -31,6 +31,7 @@ from typing import Any
 import numpy as np
 
 from seqpack_cli.checks import check_int
+from seqpack_cli.context_parallel import check_cp_options, lay_out_thd, shift_labels
 from seqpack_cli.errors import ConfigError, InputError, option
 from seqpack_cli.masking import check_max_num_seqs, require_torch, too_many_sequences_error
 from seqpack_cli.token_sources import FlatTokenSource, fetch, shown
@@ -48,8 +49,8 @@ __all__ = [
 
 logger = logging.getLogger(__name__)
 
-FORMATS = ("padded", "padding_free", "maxtext", "hf")
-FLAT_FORMATS = ("padding_free", "hf")  # one flattened [1, total] row: what pad_to fixes
+FORMATS = ("padded", "padding_free", "maxtext", "hf", "thd")
+FLAT_FORMATS = ("padding_free", "hf", "thd")  # one flattened [1, total] row: what pad_to fixes
 
 
 def check_pad_to(pad_to: Any, format: str, max_seq_len: int) -> int | None:
@@ -59,7 +60,7 @@ def check_pad_to(pad_to: Any, format: str, max_seq_len: int) -> int | None:
     if format not in FLAT_FORMATS:
         raise ConfigError(
             f"pad_to={pad_to!r} with format={format!r}, whose rows are already max_seq_len "
-            "long; use pad_to with format='hf' or 'padding_free', or leave it unset"
+            "long; use pad_to with format='hf', 'padding_free' or 'thd', or leave it unset"
         )
     return check_int(
         "pad_to",
@@ -273,6 +274,30 @@ class PackedCollator:
       (both the tokens, `pad_token_id` on padding: MaxText shifts and masks targets itself),
       `inputs_position`, `targets_position` (0-based per sequence, 0 on padding),
       `inputs_segmentation`, `targets_segmentation` (1, 2, 3, ... per row, 0 on padding).
+    `format="thd"` (torch) for TransformerEngine's `qkv_format="thd"` and context parallelism
+      (`seqpack_cli.context_parallel`): the batch's bins back to back as one row, every sequence
+      padded to a multiple M of `2 * cp_size` (`length_multiple`, else `2 * cp_size`; 1, i.e.
+      no padding, with `cp_size=1`), each padded sequence split into `2 * cp_size` equal chunks
+      of which rank `cp_rank` holds chunks `cp_rank` and `2 * cp_size - 1 - cp_rank` (the
+      load-balanced head-tail layout). T is the padded row's length; for this rank:
+      - `input_ids`, `labels`, `position_ids` (int64, `[1, T / cp_size]`): this rank's places,
+        sequence by sequence, head chunk then tail chunk;
+      - `labels` are already SHIFTED (a rank's chunks are not contiguous, so the model cannot
+        shift): the label at i is the target of the logits at i, i.e. the next token of the
+        same sequence, with `label_pad_id` at a sequence's last token, on all padding, and
+        where the next token is no target (loss mask 0, `labels_source` says `label_pad_id`).
+        The loss is `cross_entropy(logits, labels, ignore_index=label_pad_id)`, NO shift;
+        summed over the context-parallel ranks, it is the unsplit batch's;
+      - `position_ids`: the place within the whole padded sequence (0, 1, ...; padding goes
+        on counting), for RoPE;
+      - `cp_indices` (int64, `[T / cp_size]`): where this rank's places sit in the padded row
+        (`row[cp_indices]` is this rank's share), to gather keys and values by global place;
+      - `cu_seqlens` (real lengths) and `cu_seqlens_padded` (padded spans) of the whole row,
+        int32, `[num_sequences + 1]` (TransformerEngine's `cu_seqlens_q`/`_kv` and
+        `cu_seqlens_q_padded`/`_kv_padded`); `max_seqlen` (int) the longest padded span.
+      `pad_to=N` (divisible by M) ends the row at exactly N places: the last sequence's span
+      grows, all of it padding. A batch whose padded row exceeds `B * max_seq_len` (bins packed
+      without the multiple) raises `InputError`: repack with `length_multiple=M`.
 
     Labels: by default each token is its own label. `labels_source` gives per-token labels
     instead (`labels_source[id]` a 1-D integer array as long as the tokens; `label_pad_id`
@@ -303,7 +328,8 @@ class PackedCollator:
     0. Weights align with `labels`, so shift them the same way; they sum to 1 over each sequence
     with a target (a one-token sequence predicts nothing and sums to 0). The per-sequence
     normalised loss is `(loss_weights * token_loss).sum() / num_sequences_with_targets` instead
-    of the per-token mean. (With "hf", pop it before `model(**batch)`.)
+    of the per-token mean. (With "hf", pop it before `model(**batch)`; with "thd" the weights
+    are shifted with the labels.)
     """
 
     def __init__(
@@ -320,6 +346,9 @@ class PackedCollator:
         loss_mask_source: Any = None,
         truncate: bool = False,
         pad_to: int | None = None,
+        cp_size: int = 1,
+        cp_rank: int = 0,
+        length_multiple: int | None = None,
     ) -> None:
         if format not in FORMATS:
             raise ConfigError(f"format={format!r}; expected one of {', '.join(FORMATS)}")
@@ -350,6 +379,15 @@ class PackedCollator:
         self.max_num_seqs = None if max_num_seqs is None else check_max_num_seqs(max_num_seqs)
         self.truncate = bool(truncate)
         self.pad_to = check_pad_to(pad_to, format, self.max_seq_len)
+        self.cp_size, self.cp_rank, self.length_multiple = check_cp_options(
+            format, cp_size, cp_rank, length_multiple
+        )
+        if format == "thd" and self.pad_to is not None and self.pad_to % self.length_multiple:
+            raise ConfigError(
+                f"pad_to={self.pad_to} with format='thd' and sequences padded to multiples of "
+                f"{self.length_multiple}: the row must split into whole chunks; pass a pad_to "
+                f"divisible by {self.length_multiple}"
+            )
 
     def __repr__(self) -> str:
         labels = (
@@ -363,7 +401,15 @@ class PackedCollator:
             f"PackedCollator(max_seq_len={self.max_seq_len}, pad_token_id={self.pad_token_id}, "
             f"label_pad_id={self.label_pad_id}, format={self.format!r}, labels={labels}, "
             f"return_loss_weights={self.return_loss_weights}, max_num_seqs={self.max_num_seqs}, "
-            f"truncate={self.truncate}, pad_to={self.pad_to})"
+            f"truncate={self.truncate}, pad_to={self.pad_to}{self._cp_repr()})"
+        )
+
+    def _cp_repr(self) -> str:
+        if self.format != "thd":
+            return ""
+        return (
+            f", cp_size={self.cp_size}, cp_rank={self.cp_rank}, "
+            f"length_multiple={self.length_multiple}"
         )
 
     def __call__(self, bins: Sequence[Sequence[int]]) -> dict[str, Any]:
@@ -372,6 +418,8 @@ class PackedCollator:
             return self._maxtext(layout)
         torch = require_torch()
         labels, targets = self._labels(layout)
+        if self.format == "thd":
+            return self._thd(layout, labels, targets)
         features: dict[str, np.ndarray]
         if self.format == "padded":
             features = self._padded(layout, labels)
@@ -403,6 +451,50 @@ class PackedCollator:
         else:
             batch["cu_seqlens"], batch["max_seqlen"] = cu_seqlens, max_seqlen
         return batch
+
+    def _thd(self, layout: _Layout, labels: np.ndarray, targets: np.ndarray) -> dict[str, Any]:
+        """This context-parallel rank's share of the batch as one THD row (see the class
+        docstring and `seqpack_cli.context_parallel`)."""
+        torch = require_torch()
+        thd = lay_out_thd(
+            layout.lengths,
+            layout.num_seqs.shape[0],
+            max_seq_len=self.max_seq_len,
+            multiple=self.length_multiple,
+            cp_size=self.cp_size,
+            cp_rank=self.cp_rank,
+            pad_to=self.pad_to,
+        )
+        # Pre-shifted: a rank's chunks are not contiguous, so the model cannot shift them.
+        per_token: dict[str, tuple[np.ndarray, int, type[np.generic]]] = {
+            "input_ids": (layout.tokens, self.pad_token_id, np.int64),
+            "labels": (
+                shift_labels(labels, layout.position, layout.lengths, self.label_pad_id),
+                self.label_pad_id,
+                np.int64,
+            ),
+        }
+        if self.return_loss_weights:
+            weights = self._loss_weights(layout, targets)[0]
+            shifted = shift_labels(weights, layout.position, layout.lengths, 0)
+            per_token["loss_weights"] = (shifted, 0, np.float32)
+        batch: dict[str, Any] = {}
+        for key, (values, fill, dtype) in per_token.items():
+            row = np.full(thd.total, fill, dtype=dtype)
+            row[thd.row_index] = values
+            batch[key] = torch.from_numpy(row[thd.cp_indices][None])
+        batch["position_ids"] = torch.from_numpy(thd.row_position[thd.cp_indices][None])
+        batch["cp_indices"] = torch.from_numpy(thd.cp_indices)
+        batch["cu_seqlens"] = torch.from_numpy(self._fixed(thd.cu_seqlens))
+        batch["cu_seqlens_padded"] = torch.from_numpy(self._fixed(thd.cu_seqlens_padded))
+        batch["max_seqlen"] = int(np.diff(thd.cu_seqlens_padded).max())
+        return batch
+
+    def _fixed(self, cu_seqlens: np.ndarray) -> np.ndarray:
+        """`cu_seqlens` with `max_num_seqs + 1` entries when that is set (see `cu_seqlens_of`)."""
+        if self.max_num_seqs is None:
+            return cu_seqlens
+        return cu_seqlens_of(np.diff(cu_seqlens), self.max_num_seqs)
 
     def _aligned(
         self, source: Any, name: str, layout: _Layout, *, allow_bool: bool = False

@@ -121,7 +121,7 @@ LAYERS: list[set[str]] = [
     {"errors"},
     {"checks"},
     {"progress", "interrupts", "seeding", "templates", "token_sources"},
-    {"epoch", "prepared", "masking"},
+    {"epoch", "prepared", "masking", "context_parallel"},
     {"packing", "sharding", "collate"},
     {"prepare", "data"},
     {"stats", "hf"},

@@ -151,6 +151,9 @@ class PackedEpochs:
         balance_window: int = DEFAULT_BALANCE_WINDOW,
         grad_accum: int = 1,
         return_num_items_in_batch: bool = False,
+        cp_size: int = 1,
+        cp_rank: int = 0,
+        length_multiple: int | None = None,
     ) -> None:
         source = resolve_source(source, verify)
         self._templates, self._pools, prepared_max_seq_len, self._prepared_path = split_source(
@@ -180,6 +183,9 @@ class PackedEpochs:
             loss_mask_source=loss_mask_source,
             truncate=truncated_by_prepare(source) if truncate is None else truncate,
             pad_to=pad_to,
+            cp_size=cp_size,
+            cp_rank=cp_rank,
+            length_multiple=length_multiple,
         )
         self.max_seq_len = self.collator.max_seq_len
         self.rows_per_rank, self.balance = rows_per_rank, balance

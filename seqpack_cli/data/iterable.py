@@ -114,6 +114,9 @@ class PackedIterableDataset(PackedEpochs, IterableDataset):
             (`EpochPlan`): None (the default) or "cost".
         grad_accum: micro-batches (items) per optimizer step, for `num_items_in_batch`.
         return_num_items_in_batch: add `num_items_in_batch` (a 0-d int64 tensor) to every item.
+        cp_size, cp_rank, length_multiple: context parallelism (format="thd"), as for
+            `PackedDataset`; `rank` and `world_size` stay the data-parallel ones (every
+            context-parallel rank of a data-parallel rank reads the same bins).
     """
 
     def __init__(
@@ -144,6 +147,9 @@ class PackedIterableDataset(PackedEpochs, IterableDataset):
         balance_window: int = DEFAULT_BALANCE_WINDOW,
         grad_accum: int = 1,
         return_num_items_in_batch: bool = False,
+        cp_size: int = 1,
+        cp_rank: int = 0,
+        length_multiple: int | None = None,
     ) -> None:
         rank, world_size = rank_and_world_size(rank, world_size)
         self.batch_size = check_int(
@@ -178,6 +184,9 @@ class PackedIterableDataset(PackedEpochs, IterableDataset):
             balance_window=balance_window,
             grad_accum=grad_accum,
             return_num_items_in_batch=return_num_items_in_batch,
+            cp_size=cp_size,
+            cp_rank=cp_rank,
+            length_multiple=length_multiple,
         )
         if pad_to is not None and pad_to < self.batch_size * self.max_seq_len:
             raise ConfigError(

@@ -54,6 +54,11 @@ class PackedDataset(PackedEpochs, Dataset):
             item k carries `num_items_in_batch`, the loss targets of its optimizer step: the
             items k with the same `k // (batch_size * grad_accum)`, i.e. `grad_accum` batches
             of `batch_size` rows (`seqpack_cli.data.targets`).
+        cp_size, cp_rank, length_multiple: context parallelism (format="thd"), as for
+            `PackedCollator`: every context-parallel rank of a data-parallel rank reads the
+            same bins and gets its share of each. `num_items_in_batch` stays the step's
+            targets over all ranks: sum the token losses over the context-parallel ranks as
+            over the data-parallel ones.
     """
 
     def __init__(
@@ -77,6 +82,9 @@ class PackedDataset(PackedEpochs, Dataset):
         batch_size: int = 1,
         grad_accum: int = 1,
         return_num_items_in_batch: bool = False,
+        cp_size: int = 1,
+        cp_rank: int = 0,
+        length_multiple: int | None = None,
     ) -> None:
         batch_size = check_int(
             "batch_size",
@@ -106,6 +114,9 @@ class PackedDataset(PackedEpochs, Dataset):
             rows_per_rank=batch_size,
             grad_accum=grad_accum,
             return_num_items_in_batch=return_num_items_in_batch,
+            cp_size=cp_size,
+            cp_rank=cp_rank,
+            length_multiple=length_multiple,
         )
         self.batch_size = batch_size
         # (plan, first bin, its bins, the last bin read, reads in order): see `_bin`.
