@@ -9,6 +9,7 @@ the library's: this module only turns the command line into a `StatsRequest` and
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 from typing import Annotated
 
@@ -50,6 +51,10 @@ STATS_EPILOG = (
     + ", ".join(JSON_SCHEMA["sweep"])
     + " (one per max_seq_len and cap, ascending: "
     + ", ".join(JSON_SCHEMA["sweep row"])
+    + "). With --world-size, either ends with rank_balance: "
+    + ", ".join(JSON_SCHEMA["rank_balance"])
+    + " (one per packing, world size and rows per rank, without then with balancing: "
+    + ", ".join(JSON_SCHEMA["rank_balance plan"])
     + ")."
 )
 
@@ -94,6 +99,43 @@ def _parse_caps(values: list[str] | None) -> int | list[int | None] | None:
         return None
     parsed = _parse_positive_list(values, "--max-seqs-per-bin", ("8", "16"), none=True)
     return parsed[0] if len(parsed) == 1 else parsed
+
+
+def _parse_steps(
+    world_sizes: list[str] | None,
+    rows_per_rank: list[str] | None,
+    cost_per_token: float | None,
+    balance_window: int | None,
+) -> tuple[list[int], list[int] | None]:
+    """The world sizes and rows per rank to weigh plans at; usage errors (exit code 2) for text
+    that is no positive integer, a bad --cost-per-token or --balance-window, and --world-size
+    without --cost-per-token."""
+    parsed = _parse_positive_list(world_sizes or [], "--world-size", ("8", "64"))
+    sizes = [value for value in parsed if value is not None]
+    parsed = _parse_positive_list(rows_per_rank or [], "--rows-per-rank", ("1", "4"))
+    rows = [value for value in parsed if value is not None] or None  # None: the default, 1
+    if sizes and cost_per_token is None:
+        raise typer.BadParameter(
+            "required with --world-size: c in a bin's cost (the sum over its sequences of "
+            "c*l + l**2), the linear layers' work per token over attention's per token pair; "
+            "derive it with seqpack_cli.hf.cost_per_token(model.config), e.g. --cost-per-token "
+            "24576 (12 x hidden_size 2048)",
+            param_hint="'--cost-per-token'",
+        )
+    if cost_per_token is not None and not (math.isfinite(cost_per_token) and cost_per_token >= 0):
+        raise typer.BadParameter(
+            f"{cost_per_token:g} is not a finite number >= 0; give c of a bin's cost, e.g. "
+            "--cost-per-token 24576, or derive it with seqpack_cli.hf.cost_per_token("
+            "model.config)",
+            param_hint="'--cost-per-token'",
+        )
+    if balance_window is not None and balance_window < 1:
+        raise typer.BadParameter(
+            f"{balance_window} is not a positive integer; give the steps per balancing window, "
+            "e.g. --balance-window 16",
+            param_hint="'--balance-window'",
+        )
+    return sizes, rows
 
 
 def _check_stray_numbers(inputs: list[str]) -> None:
@@ -191,8 +233,59 @@ def stats(
         ),
     ] = DEFAULT_SAMPLE_SIZE,
     seed: Annotated[
-        int, typer.Option("--seed", min=0, help="Seed of the sequential baseline's sample.")
+        int,
+        typer.Option(
+            "--seed",
+            min=0,
+            help="Seed of the sequential baseline's sample, and of the training run whose plan "
+            "--world-size weighs (its epoch 0, as PackedDataset(seed=...) plans it).",
+        ),
     ] = 0,
+    world_size: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--world-size",
+            metavar="W[,W...]",
+            help="Show the rank imbalance a training run's plan would have at these "
+            "data-parallel world sizes, without and with balancing by cost (--cost-per-token "
+            "required): per step, the most expensive rank's cost over the mean rank's, its "
+            "mean and worst over the epoch. A comma list (8,64) or repeated, like "
+            "--max-seq-len.",
+            show_default=False,
+        ),
+    ] = None,
+    rows_per_rank: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--rows-per-rank",
+            metavar="B[,B...]",
+            help="Packed rows each rank trains on per step (the datasets' batch_size), "
+            "compared like --world-size (default 1).",
+            show_default=False,
+        ),
+    ] = None,
+    cost_per_token: Annotated[
+        float | None,
+        typer.Option(
+            "--cost-per-token",
+            metavar="C",
+            help="c of a bin's cost, the sum over its sequences of c*l + l**2: the linear "
+            "layers' work per token over attention's per token pair. "
+            "seqpack_cli.hf.cost_per_token(model.config) derives it from a transformers "
+            "config (12 * hidden_size for a standard transformer: 24576 at hidden 2048).",
+            show_default=False,
+        ),
+    ] = None,
+    balance_window: Annotated[
+        int | None,
+        typer.Option(
+            "--balance-window",
+            metavar="N",
+            help="Steps per balancing window of the balanced plans (default 16, the datasets' "
+            "balance_window).",
+            show_default=False,
+        ),
+    ] = None,
     threads: ThreadsOption = None,
     memory_limit: MemoryLimitOption = None,
     temp_dir: TempDirOption = None,
@@ -211,9 +304,13 @@ def stats(
     packed rows against padded ones), then seqpack's bins and efficiency on the sequences that
     fit, next to packing without seqpack. `--max-seqs-per-bin 8,16,none` compares caps too:
     bins against no cap, sequences and attention per bin, each at every max_seq_len.
+    `--world-size 8,64 --rows-per-rank 1,4 --cost-per-token 24576` adds, in either mode, how
+    unequal the ranks' costs would be in each step of a training run's plan, without and with
+    balancing (balance='cost').
     """
     candidates = _parse_max_seq_lens(max_seq_len or [])
     _check_stray_numbers(inputs)
+    world_sizes, rows = _parse_steps(world_size, rows_per_rank, cost_per_token, balance_window)
     request = StatsRequest(
         inputs,
         max_seq_lens=candidates,
@@ -226,6 +323,10 @@ def stats(
         threads=threads,
         memory_limit=memory_limit,
         temp_dir=temp_dir,
+        world_sizes=world_sizes,
+        rows_per_rank=rows,
+        cost_per_token=cost_per_token,
+        balance_window=balance_window,
     )
     with rich_progress(enabled=not (quiet or json_output)) as progress:
         report = describe(request, progress=progress)

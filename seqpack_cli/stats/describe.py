@@ -86,6 +86,25 @@ Sweep:
       no_packing, sequential  the baselines under the same cap, as above
       bins_saved_vs_sequential  fraction of sequential's bins seqpack saves
 
+Either mode, with `world_sizes` (`--world-size`), ends with the key `rank_balance`
+(`seqpack_cli.stats.rank_balance`): how unequal the data-parallel ranks' costs would be in each
+step of epoch 0 of a training run's plan, a rank's cost being the sum over its bins' sequences of
+`cost_per_token * l + l**2`:
+    rank_balance    cost_per_token, balance_window, seed (the run's; the plan's is epoch_seed =
+                    seed_from_components(seed, 0), as PackedDataset(seed=seed) plans epoch 0),
+                    epoch_seed, and plans: one per (max_seq_len, cap) packing (the directory's,
+                    or each sweep row's), world size and rows per rank, without then with
+                    balancing:
+      max_seq_len, max_seqs_per_bin  the packing dealt
+      world_size, rows_per_rank      the step: world_size x rows_per_rank bins
+      balance                 null (DistributedSampler's order) or "cost" (EpochPlan(balance=
+                              "cost"): ranks balanced by cost)
+      num_steps               steps in the epoch (every rank takes each)
+      mean_max_over_mean      the mean over the steps of (the most expensive rank's cost / the
+                              mean rank cost): 1.0 when no rank ever waits (null: no step)
+      worst_max_over_mean     the largest of them
+      worst_step              the first step where it is reached
+
 Every count is an exact integer (Python ints: past 2**63 where the data is that large).
 
 Importing this module is cheap (no numpy, duckdb or rich): the CLI imports it at start-up.
@@ -107,6 +126,7 @@ if TYPE_CHECKING:
     from seqpack_cli.prepared import Prepared
     from seqpack_cli.stats.left_out import LeftOut
     from seqpack_cli.stats.profile import PackingProfile
+    from seqpack_cli.stats.rank_balance import PlanBalance, RankBalanceOptions
     from seqpack_cli.stats.sweep import SweepResult
 
 __all__ = ["DEFAULT_SAMPLE_SIZE", "JSON_SCHEMA", "StatsReport", "StatsRequest", "describe"]
@@ -171,11 +191,25 @@ JSON_SCHEMA: Mapping[str, tuple[str, ...]] = {
         "sequential",
         "bins_saved_vs_sequential",
     ),
+    "rank_balance": ("cost_per_token", "balance_window", "seed", "epoch_seed", "plans"),
+    "rank_balance plan": (
+        "max_seq_len",
+        "max_seqs_per_bin",
+        "world_size",
+        "rows_per_rank",
+        "balance",
+        "num_steps",
+        "mean_max_over_mean",
+        "worst_max_over_mean",
+        "worst_step",
+    ),
 }
-"""The keys of `StatsReport.to_dict()`, in order, by mode (meanings: the module docstring)."""
+"""The keys of `StatsReport.to_dict()`, in order, by mode, then those of its `rank_balance`
+(last, with world sizes only) and of each of its plans (meanings: the module docstring)."""
 
 _SEQ_LENS = option("max_seq_len", python="max_seq_lens")
 _COLUMN = option("length_column")
+_WORLD_SIZES = option("world_size", python="world_sizes")
 
 
 def _caps_text(caps: Any) -> str:
@@ -195,8 +229,12 @@ class StatsRequest:
     the per-bin sequence cap of a sweep, or several to compare (None: no cap; a prepared
     directory's own cap is read from its manifest); kept as the tuple of caps compared.
     `verify`: check the sha256 of every prepared file. `top`: templates listed.
-    `sample_size`, `seed`: the sequential baseline's sample. `threads`, `memory_limit`,
-    `temp_dir`: DuckDB's resources for parquet inputs.
+    `sample_size`, `seed`: the sequential baseline's sample, and the run whose plan the rank
+    balance describes. `threads`, `memory_limit`, `temp_dir`: DuckDB's resources for parquet
+    inputs. `world_sizes` (empty: none), `rows_per_rank` (default 1), `cost_per_token` (required
+    with world sizes), `balance_window`: the rank imbalance of the plans a run would deal from
+    each packing (`seqpack_cli.stats.rank_balance`), checked into `rank_balance` (None without
+    world sizes).
 
     The mode is decided here, from the file system: `prepared_dir` is the prepared directory
     read (None for parquet inputs), `is_sweep` whether max_seq_len values are compared.
@@ -213,7 +251,12 @@ class StatsRequest:
     threads: int | None = None
     memory_limit: str | None = None
     temp_dir: str | os.PathLike[str] | None = None
+    world_sizes: int | Sequence[int] = ()
+    rows_per_rank: int | Sequence[int] | None = None
+    cost_per_token: float | None = None
+    balance_window: int | None = None
     prepared_dir: str | None = field(init=False)
+    rank_balance: RankBalanceOptions | None = field(init=False)
 
     def __post_init__(self) -> None:
         from seqpack_cli.checks import check_max_seq_len
@@ -238,6 +281,7 @@ class StatsRequest:
         object.__setattr__(self, "seed", check_sample_seed(self.seed))
         object.__setattr__(self, "prepared_dir", self._prepared_source())
         self._check_combination()
+        object.__setattr__(self, "rank_balance", self._rank_balance_options())
         if self.is_sweep:
             object.__setattr__(self, "max_seqs_per_bin", check_caps(self.max_seqs_per_bin))
         elif self.max_seqs_per_bin is not None:
@@ -279,6 +323,28 @@ class StatsRequest:
             )
         return str(inputs[0])  # missing: load_prepared says so, with the command that creates it
 
+    def _rank_balance_options(self) -> RankBalanceOptions | None:
+        """The plans to weigh, or None without world sizes (then no option of theirs applies)."""
+        world_sizes, rows = self.world_sizes, self.rows_per_rank
+        if isinstance(world_sizes, int) or world_sizes:
+            from seqpack_cli.stats.rank_balance import RankBalanceOptions
+
+            window = {} if self.balance_window is None else {"balance_window": self.balance_window}
+            return RankBalanceOptions(
+                (world_sizes,) if isinstance(world_sizes, int) else world_sizes,
+                (1,) if rows is None else (rows,) if isinstance(rows, int) else rows,
+                self.cost_per_token,
+                seed=self.seed,
+                **window,
+            )
+        for name in ("rows_per_rank", "cost_per_token", "balance_window"):
+            if getattr(self, name) is not None:
+                raise ConfigError(
+                    f"{option(name)} describes the plans of {_WORLD_SIZES}, which is not given: "
+                    f"add {_WORLD_SIZES} (the data-parallel ranks, e.g. 8,64), or drop it"
+                )
+        return None
+
     def _check_combination(self) -> None:
         parquet = self.prepared_dir is None
         if self.is_sweep and not self.max_seq_lens:
@@ -317,6 +383,7 @@ class StatsReport:
     manifest: Mapping[str, Any] | None = None
     profile: PackingProfile | None = None
     sweep: SweepResult | None = None
+    rank_balance: tuple[PlanBalance, ...] = ()  # with request.rank_balance: every plan weighed
 
     def __post_init__(self) -> None:
         if (self.profile is None) == (self.sweep is None):
@@ -367,7 +434,14 @@ class StatsReport:
                 **self.sweep.to_dict(),
                 "left_out": self._left_out_dict(),
             }
-        return {key: document[key] for key in JSON_SCHEMA[self.kind]}
+        ordered = {key: document[key] for key in JSON_SCHEMA[self.kind]}
+        options = self.request.rank_balance
+        if options is not None:
+            ordered["rank_balance"] = {
+                **options.to_dict(),
+                "plans": [plan.to_dict() for plan in self.rank_balance],
+            }
+        return ordered
 
     def _left_out_dict(self) -> dict[str, Any] | None:
         left_out = self.left_out
@@ -384,13 +458,38 @@ def describe(request: StatsRequest, *, progress: ProgressCallback | None = None)
     """Describe a prepared directory, or compare `request.max_seq_lens` on its lengths or on
     parquet inputs; see the module docstring for the modes and the document."""
     if request.prepared_dir is None:
-        return _sweep_parquet(request, progress)
-    from seqpack_cli.prepared import load_prepared
+        report = _sweep_parquet(request, progress)
+    else:
+        from seqpack_cli.prepared import load_prepared
 
-    prepared = load_prepared(request.prepared_dir, verify=request.verify)
-    if request.is_sweep:
-        return _sweep_prepared(request, prepared, progress)
-    return _profile_prepared(request, prepared)
+        prepared = load_prepared(request.prepared_dir, verify=request.verify)
+        if request.is_sweep:
+            report = _sweep_prepared(request, prepared, progress)
+        else:
+            report = _profile_prepared(request, prepared)
+    if request.rank_balance is None:
+        return report
+    return _with_rank_balance(report, request.rank_balance, progress)
+
+
+def _with_rank_balance(
+    report: StatsReport, options: RankBalanceOptions, progress: ProgressCallback | None
+) -> StatsReport:
+    """`report` with the rank imbalance of the plans of each of its packings."""
+    import dataclasses
+
+    from seqpack_cli.stats.rank_balance import rank_balance
+
+    if report.profile is not None:
+        profile = report.profile
+        packings = [(profile.max_seq_len, profile.max_seqs_per_bin, profile.templates)]
+    else:
+        assert report.sweep is not None  # a StatsReport holds one of the two
+        packings = [
+            (row.max_seq_len, row.max_seqs_per_bin, row.templates) for row in report.sweep.rows
+        ]
+    plans = rank_balance(packings, options, progress=progress)
+    return dataclasses.replace(report, rank_balance=tuple(plans))
 
 
 def _sweep_options(request: StatsRequest) -> dict[str, Any]:

@@ -21,6 +21,14 @@ from seqpack_cli.stats.baselines import (
     sequential_description,
 )
 from seqpack_cli.stats.profile import PackingProfile
+from seqpack_cli.stats.rank_balance import PlanBalance, RankBalanceOptions
+from seqpack_cli.stats.rank_balance_report import (
+    RANK_BALANCE_HEADERS,
+    RANK_BALANCE_TITLE,
+    rank_balance_keys,
+    rank_balance_note,
+    rank_balance_rows,
+)
 from seqpack_cli.stats.report import (
     BINS_SAVED,
     BINS_SAVED_NOTE,
@@ -36,7 +44,12 @@ from seqpack_cli.stats.svg import axis_top, bar_chart, grouped_chart
 from seqpack_cli.stats.sweep import SweepResult, SweepRow
 from seqpack_cli.stats.sweep_report import PACKER_NOTE, one_per_max_seq_len
 
-__all__ = ["render_profile_html", "render_sweep_html", "write_html_report"]
+__all__ = [
+    "rank_balance_html",
+    "render_profile_html",
+    "render_sweep_html",
+    "write_html_report",
+]
 
 _SERIES = (("seqpack", "#1f6feb"), ("sequential", "#8c959f"), ("no packing", "#d0d7de"))
 _COST_SERIES = (("tokens lost if dropped", "#c62828"), ("tokens cut if truncated", "#f0883e"))
@@ -164,14 +177,27 @@ def _baseline_row(baseline: BaselineStats, packed_bins: int) -> list[str]:
     ]
 
 
+def rank_balance_html(plans: Sequence[PlanBalance], options: RankBalanceOptions) -> list[str]:
+    """The rank balance section (`seqpack stats --world-size`): the terminal's table."""
+    with_length, with_cap = rank_balance_keys(plans)
+    keys = ["max_seq_len"] * with_length + ["cap"] * with_cap
+    rows = [[_td(cell) for cell in cells] for cells, _ in rank_balance_rows(plans)]
+    return [
+        f"<h2>{_e(RANK_BALANCE_TITLE)}</h2>",
+        _table([*keys, *RANK_BALANCE_HEADERS], rows, left=0),
+        f'<p class="note">{_e(rank_balance_note(options))}</p>',
+    ]
+
+
 def render_profile_html(
     profile: PackingProfile,
     *,
     title: str,
     details: Sequence[tuple[str, str]] = (),
     sample_size: int,
+    sections: Sequence[str] = (),
 ) -> str:
-    """The HTML report of one packing (a prepared directory)."""
+    """The HTML report of one packing (a prepared directory); `sections` (HTML) go at its end."""
     stats = profile.stats
     summary = [*profile_figures(profile, separator=", ").items(), *details]
     comparison = [
@@ -229,6 +255,7 @@ def render_profile_html(
         f"<h2>Most common templates (top {len(profile.top_templates)} of "
         f"{profile.num_templates:,})</h2>",
         _table(["bins", "share", "fill", "template (lengths)"], templates, left=0),
+        *sections,
     ]
     return _page(title, body)
 
@@ -349,9 +376,11 @@ def _per_bin_section(result: SweepResult) -> list[str]:
     ]
 
 
-def render_sweep_html(result: SweepResult, *, title: str, left_out: str = "") -> str:
+def render_sweep_html(
+    result: SweepResult, *, title: str, left_out: str = "", sections: Sequence[str] = ()
+) -> str:
     """The HTML report of a `max_seq_len` sweep (`left_out`: a paragraph on what prepare left
-    out, for a prepared directory's lengths)."""
+    out, for a prepared directory's lengths; `sections`: HTML that goes at its end)."""
     capped = result.is_capped
     caps = ", ".join(cap_text(cap) for cap in result.max_seqs_per_bin)
     body = [
@@ -416,6 +445,7 @@ def render_sweep_html(result: SweepResult, *, title: str, left_out: str = "") ->
             "Sequences per length range",
             label_axis="length (tokens)",
         ),
+        *sections,
     ]
     return _page(title, body)
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 import dataclasses
 import itertools
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -63,6 +63,8 @@ class PackingProfile:
     top_templates: list[tuple[BinTemplate, int]]  # most common first, ties by template
     num_templates: int
     max_seqs_per_bin: int | None = None  # the cap it was packed with; the baselines obey it
+    # the packing itself, for the plans a run would deal from it (`rank_balance`)
+    templates: dict[BinTemplate, int] = field(default_factory=dict, repr=False, compare=False)
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -190,4 +192,5 @@ def profile_packing(
         top_templates=_ranked(pairs)[:top],
         num_templates=len(pairs),
         max_seqs_per_bin=max_seqs_per_bin,
+        templates=dict(pairs),
     )

@@ -16,8 +16,9 @@ from typing import Any
 from rich.console import Console
 
 from seqpack_cli.stats.describe import StatsReport
-from seqpack_cli.stats.html import render_profile_html, render_sweep_html
+from seqpack_cli.stats.html import rank_balance_html, render_profile_html, render_sweep_html
 from seqpack_cli.stats.left_out import LeftOut, left_out_of_summary
+from seqpack_cli.stats.rank_balance_report import render_rank_balance
 from seqpack_cli.stats.report import format_percent, plural, render_profile
 from seqpack_cli.stats.sweep_report import render_sweep
 
@@ -112,13 +113,19 @@ def render_report(console: Console, report: StatsReport) -> None:
             title=report_title(report),
             details=left_out_rows(left_out) if left_out is not None else (),
         )
+    options = report.request.rank_balance
+    if options is not None:
+        console.print()
+        console.print(render_rank_balance(report.rank_balance, options))
 
 
 def render_report_html(report: StatsReport) -> str:
     """The self-contained HTML page of either mode; `seqpack_cli.stats.html.write_html_report`
     writes it."""
+    options = report.request.rank_balance
+    sections = [] if options is None else rank_balance_html(report.rank_balance, options)
     if report.profile is not None:
-        return render_profile_html(report.profile, **_profile_options(report))
+        return render_profile_html(report.profile, **_profile_options(report), sections=sections)
     assert report.sweep is not None  # a StatsReport holds one of the two
     left_out = report.left_out
     paragraph = (
@@ -129,4 +136,6 @@ def render_report_html(report: StatsReport) -> str:
             for name, value in left_out_rows(left_out)
         )
     )
-    return render_sweep_html(report.sweep, title=report_title(report), left_out=paragraph)
+    return render_sweep_html(
+        report.sweep, title=report_title(report), left_out=paragraph, sections=sections
+    )

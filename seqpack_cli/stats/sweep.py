@@ -25,7 +25,7 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -95,6 +95,8 @@ class SweepRow:
     uncapped_bins: int  # seqpack's bins at this max_seq_len with no cap: what the cap costs
     seqs_per_bin: list[Bucket]  # seqpack's bins per number of sequences, even-width buckets
     attention_max_bin: int  # the largest sum of length**2 in one of seqpack's bins
+    # seqpack's packing itself, for the plans a run would deal from it (`rank_balance`)
+    templates: Counter[BinTemplate] = field(default_factory=Counter, repr=False, compare=False)
 
     @property
     def bins_saved_vs_sequential(self) -> float:
@@ -278,6 +280,7 @@ def _sweep_rows(
                 uncapped_bins=sum(uncapped.values()),
                 seqs_per_bin=buckets,
                 attention_max_bin=attention_max_bin,
+                templates=templates,
             )
         )
     return rows
