@@ -8,8 +8,11 @@
 - `sweep`: seqpack and both baselines at each candidate `max_seq_len` and per-bin cap
   (`SweepResult`);
 - `left_out`: what prepare dropped or truncated, from a prepared directory's manifest;
+- `rank_balance`: how unequal the data-parallel ranks' costs would be in each step of a run's
+  plan, without and with balancing by cost (`PlanBalance`; `seqpack stats --world-size`);
 - `render`: a `StatsReport` drawn, by mode: `report` (the terminal, rich) or `html` (the
-  self-contained `--html` page, its charts drawn by `svg`).
+  self-contained `--html` page, its charts drawn by `svg`); `rank_balance_report` draws the rank
+  balance for both.
 
 `PackingStats` is defined in `seqpack_cli.packing.efficiency` (the prepare job needs it, and it
 sits below the job) and is re-exported here under the reference's path, lazily: importing

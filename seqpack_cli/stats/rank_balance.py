@@ -48,7 +48,7 @@ BALANCE_NAMES: Mapping[str | None, str] = {None: "none", "cost": "cost"}
 _CHUNK_BINS = 1 << 18
 # The epoch the figures describe: the datasets seed epoch e with seed_from_components(seed, e).
 _EPOCH = 0
-_PROGRESS_STEP = "rank balance"
+_PROGRESS_STEP = "rank balance plans"
 _WORLD_SIZES = option("world_size", python="world_sizes")
 
 _COST_FIX = (
