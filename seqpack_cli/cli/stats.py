@@ -20,6 +20,7 @@ from seqpack_cli.cli.options import (
     TempDirOption,
     ThreadsOption,
 )
+from seqpack_cli.epoch.dealing import DEFAULT_BALANCE_WINDOW
 from seqpack_cli.progress import rich_progress
 from seqpack_cli.stats.describe import (
     DEFAULT_SAMPLE_SIZE,
@@ -132,7 +133,7 @@ def _parse_steps(
     if balance_window is not None and balance_window < 1:
         raise typer.BadParameter(
             f"{balance_window} is not a positive integer; give the steps per balancing window, "
-            "e.g. --balance-window 16",
+            f"e.g. --balance-window {DEFAULT_BALANCE_WINDOW}",
             param_hint="'--balance-window'",
         )
     return sizes, rows
@@ -281,8 +282,8 @@ def stats(
         typer.Option(
             "--balance-window",
             metavar="N",
-            help="Steps per balancing window of the balanced plans (default 16, the datasets' "
-            "balance_window).",
+            help="Steps per balancing window of the balanced plans (default "
+            f"{DEFAULT_BALANCE_WINDOW}, the datasets' balance_window).",
             show_default=False,
         ),
     ] = None,

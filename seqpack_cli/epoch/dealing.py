@@ -11,7 +11,8 @@ the tail instead). They work on stream indices; the plan maps those to bins.
 - `BalancedDeal` (balance="cost"): a bin costs the sum over its sequences of `c*l + l**2`
   (linear layers plus attention), and a rank's step costs the sum of its bins, so a step lasts as
   long as its most expensive rank. The stream is cut into windows of `window` steps
-  (`window*W*B` consecutive stream indices); each window's bins are sorted by cost (descending,
+  (`window*W*B` consecutive stream indices; the last window also takes the steps left over);
+  each window's bins are sorted by cost (descending,
   ties in stream order) and cut into steps, so a step holds bins of nearly equal cost; each step's
   bins are dealt longest-processing-time first, round by round (every rank gets one bin per round,
   the costliest bin of the round to the least-loaded rank), so each rank gets exactly B bins;
@@ -33,7 +34,7 @@ from seqpack_cli.seeding import mix64, seed_from_components
 
 __all__ = ["DEFAULT_BALANCE_WINDOW", "BalancedDeal", "StridedDeal"]
 
-DEFAULT_BALANCE_WINDOW = 16
+DEFAULT_BALANCE_WINDOW = 256
 """Steps per balancing window (see the module docstring and benchmarks/bench_balance.py)."""
 
 # Seed components of a window's step order: (epoch seed, _ORDER_COMPONENT, window). Three
@@ -103,6 +104,10 @@ class BalancedDeal:
         else:
             self.num_steps = -(-stream_len // self.step_bins)
         self.num_bins = self.num_steps * rows_per_rank
+        # Windows of `window` steps; the epoch's last window also takes the steps left over
+        # (window to 2*window - 1 steps): a short last window would have too few steps of
+        # each cost to balance them.
+        self.num_windows = max(1, self.num_steps // window) if self.num_steps else 0
         self._stream_len = stream_len
         self._cache: tuple[int, int, np.ndarray] | None = None  # (first window, last, deals)
 
@@ -110,23 +115,23 @@ class BalancedDeal:
         """The stream indices of this rank's bins first..last-1, written into `out` (int64)."""
         k = np.arange(first, last, dtype=np.int64)
         step, row = np.divmod(k, self.rows_per_rank)
-        window = step // self.window
+        window = np.minimum(step // self.window, self.num_windows - 1)
         bounds = np.searchsorted(window, np.arange(int(window[0]), int(window[-1]) + 2))
         per_call = max(1, _WINDOW_INDICES // self.window_bins)
         for i in range(0, len(bounds) - 1, per_call):
             a, b = int(bounds[i]), int(bounds[min(i + per_call, len(bounds) - 1)])
             w0 = int(window[a])
             deals = self._deals(w0, int(window[b - 1]) + 1)
-            out[a:b] = deals[step[a:b] - w0 * self.window, self.rank, row[a:b]]
+            out[a:b] = deals[step[a:b] - self._first_step(w0), self.rank, row[a:b]]
         return out
 
     def steps(self, first: int, last: int) -> np.ndarray:
         """The stream indices of steps first..last-1, `[steps, world_size, rows_per_rank]`."""
         if first >= last:
             return np.empty((0, self.world_size, self.rows_per_rank), dtype=np.int64)
-        w0, w1 = first // self.window, (last - 1) // self.window + 1
+        w0, w1 = self._window_of(first), self._window_of(last - 1) + 1
         deals = self._deals(w0, w1)
-        return deals[first - w0 * self.window : last - w0 * self.window]
+        return deals[first - self._first_step(w0) : last - self._first_step(w0)]
 
     def consumed_after(self, steps: int) -> tuple[int, np.ndarray | None]:
         """(stream indices covered, those of them not dealt yet) after `steps` steps: the
@@ -134,37 +139,43 @@ class BalancedDeal:
         the last step: all but a tail `drop_last` dropped."""
         if steps >= self.num_steps:
             return min(self.num_steps * self.step_bins, self._stream_len), None
-        window, played = divmod(steps, self.window)
-        if not played:
-            return window * self.window_bins, None
+        window = self._window_of(steps)
+        first = self._first_step(window)
+        if steps == first:
+            return first * self.step_bins, None
         deals = self._deals(window, window + 1)
         # The window's stream indices end where its steps end (a last window dropping its tail
         # leaves that tail in the stream), or at the stream's end (one padding its last step).
-        end = min(window * self.window_bins + len(deals) * self.step_bins, self._stream_len)
-        return end, deals[played:].ravel()
+        end = min((first + len(deals)) * self.step_bins, self._stream_len)
+        return end, deals[steps - first :].ravel()
 
-    def _window_steps(self, window: int) -> int:
-        return min(self.window, self.num_steps - window * self.window)
+    def _window_of(self, step: int) -> int:
+        return min(step // self.window, self.num_windows - 1)
+
+    def _first_step(self, window: int) -> int:
+        """The first step of `window` (`num_steps` for the window after the last)."""
+        return self.num_steps if window >= self.num_windows else window * self.window
 
     def _deals(self, w0: int, w1: int) -> np.ndarray:
         """The deals of windows w0..w1-1: `[steps, world_size, rows_per_rank]` stream indices,
         steps w0*window .. on, in the order they are played."""
         cached = self._cache
         if cached is not None and cached[0] <= w0 and w1 <= cached[1]:
-            offset = (w0 - cached[0]) * self.window
-            return cached[2][offset : offset + (w1 - w0) * self.window]
-        full_end = min(w1, self.num_steps // self.window)  # windows of `window` steps
+            offset = self._first_step(cached[0])
+            return cached[2][self._first_step(w0) - offset : self._first_step(w1) - offset]
+        full_end = min(w1, self.num_windows - 1)  # windows of `window` steps
         parts = []
         if w0 < full_end:
             parts.append(self._deal_windows(w0, full_end, self.window))
-        if full_end < w1:  # the epoch's last window, shorter
-            parts.append(self._deal_windows(full_end, w1, self._window_steps(full_end)))
+        if full_end < w1:  # the epoch's last window, with the steps left over
+            last_steps = self.num_steps - self._first_step(full_end)
+            parts.append(self._deal_windows(full_end, w1, last_steps))
         deals = parts[0] if len(parts) == 1 else np.concatenate(parts)
         self._cache = (w0, w1, deals)
         return deals
 
     def _deal_windows(self, w0: int, w1: int, steps: int) -> np.ndarray:
-        """Deal windows w0..w1-1, each of `steps` steps (all full, or the last one alone)."""
+        """Deal windows w0..w1-1, each of `steps` steps (full ones, or the last one alone)."""
         num_windows, width = w1 - w0, steps * self.step_bins
         start = w0 * self.window_bins
         flat = np.arange(start, start + num_windows * width, dtype=np.int64)
