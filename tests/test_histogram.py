@@ -9,7 +9,7 @@ from dataclasses import replace
 import numpy as np
 import pytest
 from conftest import reference_packers as reference
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from seqpack_cli.errors import ConfigError, InputError
@@ -35,6 +35,7 @@ from seqpack_cli.packing.histogram import (
 from seqpack_cli.packing.lp import lp_lower_bound
 from seqpack_cli.packing.mffd import mffd_groups
 from seqpack_cli.packing.patterns import pattern_groups
+from seqpack_cli.packing.slot_patterns import slot_pattern_groups
 
 GROUPED = {
     "bfd": (pack_length_histogram_bfd, reference.bfd),
@@ -608,3 +609,30 @@ def test_bad_max_seq_len_is_a_config_error(packer, bad) -> None:
 def test_bad_max_seqs_per_bin_is_a_config_error(bad) -> None:
     with pytest.raises(ConfigError, match="max_seqs_per_bin"):
         pack_length_histogram_batched({5: 1}, 10, max_seqs_per_bin=bad)
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    st.integers(8, 300).flatmap(
+        lambda m: st.tuples(
+            st.just(m),
+            st.dictionaries(st.integers(1, m), st.integers(1, 60), min_size=1, max_size=60),
+        )
+    ),
+    st.integers(1, 9),
+)
+@example((1024, {273: 52, 149: 2, 146: 41, 145: 38, 13: 1, 600: 3, 140: 9}), 8)
+def test_slot_patterns_pack_every_sequence_within_length_and_cap(case, cap):
+    """The slot-aware pattern heuristic is a packing: every sequence once, no bin over
+    max_seq_len or the cap, whatever target it aims at."""
+    max_seq_len, counts = case
+    items = sorted(counts.items(), reverse=True)
+    groups = slot_pattern_groups(items, max_seq_len, cap)
+    packed: Counter[int] = Counter()
+    for (_, template, _), num_bins in groups:
+        assert num_bins > 0
+        assert list(template) == sorted(template, reverse=True)
+        assert 1 <= len(template) <= cap and sum(template) <= max_seq_len
+        for length in template:
+            packed[length] += num_bins
+    assert packed == Counter(counts)

@@ -242,7 +242,7 @@ class _PatternPacker:
         without a call, and the walk stops below room / 3 (the same closing as trying them
         one by one).
         """
-        used, longest_below = self.used, self.longest_below
+        counts, used, longest_below = self.counts, self.used, self.longest_below
         limit = room - 2 * self.shortest
         tried = 0
         z = x
@@ -254,11 +254,14 @@ class _PatternPacker:
             if 3 * z < room:
                 return None  # z plus two lengths <= z stays below the room from here on
             tried += 1
-            used[z] += 1
-            found = self._pair(room - z, z)
-            used[z] -= 1
-            if found:
-                return z, found[0], found[1]
+            # z has a copy left: always here, not always in `slot_patterns` (whose bins take
+            # short lengths before they close)
+            if counts[z] > used[z]:
+                used[z] += 1
+                found = self._pair(room - z, z)
+                used[z] -= 1
+                if found:
+                    return z, found[0], found[1]
             z = longest_below(1, 0, z)
         return None
 
