@@ -1072,6 +1072,25 @@ def test_sweep_effort_capped_packing_is_valid_and_never_worse_than_greedy(case, 
     assert packed.bound.bound.value <= sum(packed.values()) <= sum(greedy.values())
 
 
+def test_lp_polish_is_skipped_on_request(monkeypatch) -> None:
+    """`solve_lp(polish=False)`: a small histogram's LP skips the polishing rounds on vertex
+    duals (up to 10 more solves: the sweep's tail repacking needs a packing, not the ceiling
+    of the LP optimum); by default it polishes."""
+    rounds = []
+    real = lp.ColumnGeneration.__init__
+
+    def spy(self, *args, **kwargs):
+        rounds.append(kwargs["polish_rounds"])
+        real(self, *args, **kwargs)
+
+    monkeypatch.setattr(lp.ColumnGeneration, "__init__", spy)
+    lengths, counts = np.array([3, 4, 5, 7]), np.array([10, 20, 30, 40])
+    polished = lp.solve_lp(lengths, counts, 12, 3)
+    plain = lp.solve_lp(lengths, counts, 12, 3, polish=False)
+    assert rounds == [lp._POLISH_ROUNDS, 0]
+    assert plain.value >= polished.value - 1e-6 and plain.bound <= polished.bound
+
+
 def _lognormal_histogram(num_sequences: int, max_seq_len: int) -> dict[int, int]:
     lengths = np.random.default_rng(0).lognormal(5.5, 1.0, num_sequences).astype(np.int64)
     values, numbers = np.unique(np.clip(lengths, 1, max_seq_len), return_counts=True)
@@ -1081,16 +1100,17 @@ def _lognormal_histogram(num_sequences: int, max_seq_len: int) -> dict[int, int]
 @pytest.mark.parametrize(("max_seq_len", "cap"), [(2048, 16), (4096, 16)])
 def test_sweep_packs_a_capped_histogram_without_its_lp(monkeypatch, max_seq_len, cap):
     """Issue 21: at the stats sweep's effort, a capped histogram the greedy engine packs far
-    above the bound (2048/16: 38,717 bins for a bound of 37,618) is packed by the slot-aware
+    above the bound (2048/16: 38,697 bins for a bound of 37,597) is packed by the slot-aware
     patterns with their tail repacked, within the packer's 0.1% of the cheap bound, with no LP
-    over the histogram's own lengths (it took 1.3-2.8 s there, for more bins: 37,643 and
-    29,348; now 37,633 and 29,308 in 0.1-0.3 s)."""
+    over the histogram's own lengths (that took 1.1 and 2.9 s here, for more bins: 37,632 and
+    19,515; now 37,610 and 19,500 in 0.1-0.2 s)."""
     counts = _lognormal_histogram(200_000, max_seq_len)
     lp_sizes: list[int] = []
     original = histogram.pack_with_lp
 
     def recording(items, *args, **kwargs):
         lp_sizes.append(len(items))
+        assert kwargs.get("polish") is False  # the tail's LP: a packing, not a bound
         return original(items, *args, **kwargs)
 
     monkeypatch.setattr(histogram, "pack_with_lp", recording)

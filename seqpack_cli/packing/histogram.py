@@ -74,10 +74,12 @@ _POOL_LP_FROM_EFFORT = 1.0
 # Below that effort (the stats sweep's), a capped histogram the greedy engine misses is first
 # packed by the slot-aware pattern heuristic (`seqpack_cli.packing.slot_patterns`) with the last
 # _TAIL_SHARE of its bins, where its loss is, repacked by the greedy engine and an LP at
-# _TAIL_LP_EFFORT (a few hundred lengths); that packing is kept without the histogram's LP where
-# it is within _SWEEP_WITHIN of the cheap bound, the packer's promise. On 8M chat-like lengths
-# at 8,192 tokens (issue 21): 8 per bin, 993,607 bins in 0.2 s (the LP path: 993,679 in 4.0 s);
-# 16 per bin, 747,438 in 2.0 s (747,755 in 6.5 s).
+# _TAIL_LP_EFFORT (a few hundred lengths; its vertex not polished: a packing is all it gives);
+# that packing is kept without the histogram's LP where it is within _SWEEP_WITHIN of the cheap
+# bound, the packer's promise. On 8M chat-like lengths at 8,192 tokens (issue 21): 8 per bin,
+# 993,607 bins in 0.2 s (the LP path: 993,679 in 4.0 s); 16 per bin, 747,542 in 0.6 s (747,755
+# in 6.5 s; polished, 747,438 in 1.2 s). A tail of 3% misses the short lengths the last bins
+# need (747,755 bins, the histogram's LP after all); 10%, 747,940 (its LP less converged).
 _TAIL_SHARE = 0.05
 _TAIL_LP_EFFORT = 0.05
 _SWEEP_WITHIN = 1e-3
@@ -301,7 +303,9 @@ def _pack_slots_with_tail(
             return _pack_greedy(left, max_seq_len, cap)
 
         effort = _TAIL_LP_EFFORT * share
-        by_lp, _ = pack_with_lp(rest, max_seq_len, cap, repacked, finish, effort=effort)
+        by_lp, _ = pack_with_lp(
+            rest, max_seq_len, cap, repacked, finish, effort=effort, polish=False
+        )
         if sum(by_lp.values()) < sum(repacked.values()):
             repacked = by_lp
     if sum(repacked.values()) < sum(tail.values()):

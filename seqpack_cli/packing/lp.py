@@ -118,17 +118,21 @@ def solve_lp(
     initial: list[Template] | None = None,
     *,
     effort: float = 1.0,
+    polish: bool = True,
 ) -> LPSolution:
     """The LP relaxation of the histogram (`lengths` distinct and ascending, `counts` > 0).
 
     `initial`: templates to start the pool with (e.g. the greedy packing's), as (item indices,
-    copies). `effort`: the share of the work budget to spend (0 < effort <= 1). A function of
+    copies). `effort`: the share of the work budget to spend (0 < effort <= 1). `polish`: on a
+    histogram small enough for the exact LP optimum, polish its vertex on vertex duals (for the
+    ceiling of that optimum, the bound: up to `_POLISH_ROUNDS` more solves); without it the
+    result is the first vertex, enough to round into a packing. A function of
     its arguments alone (nothing is kept between calls): the packer returns the bound with its
     templates (`seqpack_cli.packing.packed`).
     """
     share = max(_WORK_LEAST_SHARE, min(1.0, max_seq_len / _WORK_LONGEST_AT) ** _WORK_EXPONENT)
     work = _WORK_LONGEST * share * effort
-    solution = _solve_level(lengths, counts, max_seq_len, cap, initial or [], work)
+    solution = _solve_level(lengths, counts, max_seq_len, cap, initial or [], work, polish=polish)
     logger.debug(
         "LP of %d lengths: %.3f bins, bound %d (%d rounds%s)",
         len(lengths),
@@ -148,10 +152,13 @@ def _solve_level(
     initial: list[Template],
     work: float,
     loss: float = 0.0,
+    *,
+    polish: bool = True,
 ) -> LPSolution:
     """Column generation on one level, its pool started with a template per length alone (the
     restricted LP is always feasible), `initial` and, when large, the coarser level's. `loss`:
-    0 on the histogram's own level, else the share of the tokens its rounding up may add."""
+    0 on the histogram's own level, else the share of the tokens its rounding up may add.
+    `polish`: as `solve_lp`'s."""
     num_lengths = len(lengths)
     if loss > 0:  # a coarser level, its lengths rounded up: the next level's start
         gap = max(_GAP_FINE, loss * (_GAP_MID_SHARE if loss <= _MID_LOSS else _GAP_COARSER_SHARE))
@@ -159,7 +166,7 @@ def _solve_level(
         gap = _GAP_EXACT
     else:
         gap = _GAP_FINE
-    polish = _POLISH_ROUNDS if gap == _GAP_EXACT else 0
+    polish_rounds = _POLISH_ROUNDS if gap == _GAP_EXACT and polish else 0
     solver = ColumnGeneration(
         lengths,
         counts,
@@ -168,7 +175,7 @@ def _solve_level(
         max_rounds=_MAX_ROUNDS,
         work_budget=work,
         stop_gap=gap,
-        polish_rounds=polish,
+        polish_rounds=polish_rounds,
         vertex=loss == 0,  # a coarse level's interior solution is start enough for the next
         stall_gap=gap * _STALL_SHARE if loss > 0 else 0.0,
     )

@@ -55,12 +55,13 @@ def pack_with_lp(
     effort: float = 1.0,
     repack: Greedy | None = None,
     exchange: bool = True,
+    polish: bool = True,
 ) -> tuple[Counter[BinTemplate], int]:
     """Pack `items` ((length, count), longest first) from the LP: column generation started
     from the templates of `start` (a packing of the same items), with `effort` of its work
-    budget (`seqpack_cli.packing.lp.solve_lp`), then `round_lp_solution` (`repack`,
-    `exchange`: as there). Returns the templates and the LP's lower bound on the bins of any
-    packing of `items`."""
+    budget and `polish` (`seqpack_cli.packing.lp.solve_lp`), then `round_lp_solution`
+    (`repack`, `exchange`: as there). Returns the templates and the LP's lower bound on the
+    bins of any packing of `items`."""
     lengths = np.array([length for length, _ in reversed(items)], dtype=np.int64)
     counts = np.array([count for _, count in reversed(items)], dtype=np.int64)
     index = {int(length): i for i, length in enumerate(lengths.tolist())}
@@ -69,7 +70,7 @@ def pack_with_lp(
         found = Counter(index[length] for length in template)
         keys = sorted(found)
         initial.append((np.array(keys, dtype=np.int64), np.array([found[k] for k in keys])))
-    solution = solve_lp(lengths, counts, max_seq_len, cap, initial, effort=effort)
+    solution = solve_lp(lengths, counts, max_seq_len, cap, initial, effort=effort, polish=polish)
     templates = round_lp_solution(solution, greedy, repack=repack, exchange=exchange)
     return templates, solution.bound
 
