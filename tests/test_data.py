@@ -21,6 +21,7 @@ from torch.utils.data import DataLoader  # noqa: E402
 import seqpack_cli.sharding as sharding_module  # noqa: E402
 from seqpack_cli.collate import PackedCollator  # noqa: E402
 from seqpack_cli.data import PackedDataset, PackedIterableDataset  # noqa: E402
+from seqpack_cli.epoch.dealing import DEFAULT_BALANCE_WINDOW
 from seqpack_cli.epoch.plan import EpochPlan  # noqa: E402
 from seqpack_cli.errors import ConfigError, PreparedFormatError  # noqa: E402
 from seqpack_cli.seeding import seed_from_components  # noqa: E402
@@ -234,7 +235,7 @@ def test_resume_in_process_reproduces_the_rest_of_the_epoch(corpus: Any) -> None
         "rows_per_rank": 1,
         "balance": None,
         "cost_per_token": None,
-        "balance_window": 16,
+        "balance_window": DEFAULT_BALANCE_WINDOW,
         "drop_last": False,
         "cursor": {"pending": [], "next_position": 0},
     }
