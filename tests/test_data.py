@@ -21,7 +21,7 @@ from torch.utils.data import DataLoader  # noqa: E402
 import seqpack_cli.sharding as sharding_module  # noqa: E402
 from seqpack_cli.collate import PackedCollator  # noqa: E402
 from seqpack_cli.data import PackedDataset, PackedIterableDataset  # noqa: E402
-from seqpack_cli.epoch.dealing import DEFAULT_BALANCE_WINDOW
+from seqpack_cli.epoch.dealing import DEFAULT_BALANCE_WINDOW  # noqa: E402
 from seqpack_cli.epoch.plan import EpochPlan  # noqa: E402
 from seqpack_cli.errors import ConfigError, PreparedFormatError  # noqa: E402
 from seqpack_cli.seeding import seed_from_components  # noqa: E402
