@@ -73,14 +73,15 @@ _POOL_LP_FROM_EFFORT = 1.0
 
 # Below that effort (the stats sweep's), a capped histogram the greedy engine misses is first
 # packed by the slot-aware pattern heuristic (`seqpack_cli.packing.slot_patterns`) with the last
-# _TAIL_SHARE of its bins, where its loss is, repacked by the greedy engine and an LP at
-# _TAIL_LP_EFFORT (a few hundred lengths; its vertex not polished: a packing is all it gives);
-# that packing is kept without the histogram's LP where it is within _SWEEP_WITHIN of the cheap
-# bound, the packer's promise. On 8M chat-like lengths at 8,192 tokens (issue 21): 8 per bin,
-# 993,607 bins in 0.2 s (the LP path: 993,679 in 4.0 s); 16 per bin, 747,542 in 0.6 s (747,755
-# in 6.5 s; polished, 747,438 in 1.2 s). A tail of 3% misses the short lengths the last bins
-# need (747,755 bins, the histogram's LP after all); 10%, 747,940 (its LP less converged).
-_TAIL_SHARE = 0.05
+# bins, where its loss is, repacked by the greedy engine and an LP at _TAIL_LP_EFFORT (a few
+# hundred lengths; its vertex not polished: a packing is all it gives); that packing is kept
+# without the histogram's LP where it is within _SWEEP_WITHIN of the cheap bound, the packer's
+# promise. Which share of the bins to repack depends on the histogram, so each of _TAIL_SHARES
+# is tried (over the cheap bound, 2% / 5% / 8%: 8M chat-like lengths at 8,192 and 16 per bin
+# 0.146 / 0.028 / 0.074%, `wikipedia` at 8 per bin 0.000 / 0.042 / 0.076%, `code` at 16
+# 0.003 / 0.041 / 0.074%). On those 8M lengths (issue 21): 8 per bin, 993,607 bins in 0.4 s
+# (the LP path: 993,679 in 4.0 s); 16 per bin, 747,542 in 1.5 s (747,755 in 6.5 s).
+_TAIL_SHARES = (0.02, 0.05)
 _TAIL_LP_EFFORT = 0.05
 _SWEEP_WITHIN = 1e-3
 
@@ -272,12 +273,21 @@ def _pack_exchange_pool(
 def _pack_slots_with_tail(
     items: list[tuple[int, int]], max_seq_len: int, cap: int
 ) -> Counter[BinTemplate]:
-    """The slot-aware pattern heuristic's packing, its last `_TAIL_SHARE` of bins (where only
-    lengths near the mean were left to it) repacked with the sequences of the bins before: the
-    greedy engine, then the LP at `_TAIL_LP_EFFORT` where it can gain; the repacking is kept
-    where it has fewer bins."""
+    """The slot-aware pattern heuristic's packing with its tail repacked (`_repack_tail`): the
+    fewest bins over the tail shares of `_TAIL_SHARES`."""
     groups = slot_pattern_groups(items, max_seq_len, cap)
-    num_kept = int(count_bins(groups) * (1 - _TAIL_SHARE))
+    packings = [_repack_tail(groups, share, max_seq_len, cap) for share in _TAIL_SHARES]
+    return min(packings, key=lambda templates: sum(templates.values()))
+
+
+def _repack_tail(
+    groups: list[Group], share: float, max_seq_len: int, cap: int
+) -> Counter[BinTemplate]:
+    """`groups` (in the order they were built) with their last `share` of bins, where only
+    lengths near the mean were left to the heuristic, repacked together: the greedy engine,
+    then the LP at `_TAIL_LP_EFFORT` where it can gain; the repacking is kept where it has
+    fewer bins."""
+    num_kept = int(count_bins(groups) * (1 - share))
     kept: Counter[BinTemplate] = Counter()
     tail: Counter[BinTemplate] = Counter()
     for (_, template, _), num_bins in groups:
@@ -296,13 +306,13 @@ def _pack_slots_with_tail(
         return kept
     bounds = lower_bounds(rest, max_seq_len, cap)
     repacked = _pack_greedy(rest, max_seq_len, cap, bounds)
-    share = _lp_budget_share(sum(repacked.values()), bounds.value, len(rest))
-    if share > 0:
+    lp_share = _lp_budget_share(sum(repacked.values()), bounds.value, len(rest))
+    if lp_share > 0:
 
         def finish(left: list[tuple[int, int]]) -> Counter[BinTemplate]:
             return _pack_greedy(left, max_seq_len, cap)
 
-        effort = _TAIL_LP_EFFORT * share
+        effort = _TAIL_LP_EFFORT * lp_share
         by_lp, _ = pack_with_lp(
             rest, max_seq_len, cap, repacked, finish, effort=effort, polish=False
         )

@@ -12,7 +12,7 @@ they fill the room exactly; where the cap binds (the target is K), exactly those
 closing of one to three lengths. So a long top takes short partners and a short top medium
 ones, and the short sequences are spent along the way. On those 8M lengths: 0.056% over the
 bound at 8 per bin, 0.16% at 16, in about 0.1 s; its last bins, where only lengths near the
-mean are left, hold its loss (`pack_slot_patterns_with_tail` repacks them).
+mean are left, hold its loss (the stats sweep repacks them: `seqpack_cli.packing.histogram`).
 """
 
 from __future__ import annotations
