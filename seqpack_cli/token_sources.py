@@ -39,6 +39,7 @@ from typing import Any
 import numpy as np
 
 from seqpack_cli.errors import InputError
+from seqpack_cli.target_counts import NUM_TARGETS_KEY, NUM_TARGETS_NAME, NumTargets, check_entry
 
 __all__ = [
     "IDS_NAME",
@@ -214,6 +215,9 @@ class FlatTokenSource:
         """The directory `open` read, or None (then pickling copies the arrays)."""
         self.info: dict[str, Any] = {}
         """`token_source.json` of that directory (column, id column, inputs), or empty."""
+        self.num_targets: NumTargets | None = None
+        """Each sequence's number of loss targets (`seqpack_cli.target_counts`), when this is
+        a loss mask or labels written with them (`num_targets.npy`); else None."""
 
     def _id_index(self, ids: Any, rows: Any) -> tuple[np.ndarray, np.ndarray]:
         ids = np.asarray(ids)
@@ -315,6 +319,8 @@ class FlatTokenSource:
             raise InputError(f"{root}: {error}; {fix}") from None
         source.path = root
         source.info = info
+        if NUM_TARGETS_KEY in info:
+            source.num_targets = _open_num_targets(source, dir_fd, fix)
         return source
 
     def __reduce__(self) -> tuple[Any, ...]:
@@ -398,6 +404,31 @@ class FlatTokenSource:
         return flat[index].astype(np.int64, copy=False), lengths
 
     take_sequences = take  # the batch-fetch protocol `fetch` looks for
+
+
+def _open_num_targets(source: FlatTokenSource, dir_fd: int | None, fix: str) -> NumTargets:
+    """The `num_targets.npy` that `source.info` describes, memory-mapped and checked: as many
+    counts as sequences, of the recorded dtype."""
+    assert source.path is not None
+    entry = source.info[NUM_TARGETS_KEY]
+    problem = check_entry(entry)
+    if problem is not None:
+        raise InputError(f"{source.path / INFO_NAME}: {problem}; {fix}")
+    path = source.path / NUM_TARGETS_NAME
+    counts = map_npy(path, dir_fd=dir_fd, fix=fix)
+    expected = np.dtype(entry["dtype"]).newbyteorder("<").str
+    if counts.dtype.str != expected or counts.shape != (len(source),):
+        raise InputError(
+            f"{path} holds {counts.shape} {counts.dtype.str} values; expected one {expected} "
+            f"count per sequence ({len(source)}): {fix}"
+        )
+    return NumTargets(
+        counts,
+        source,
+        role=entry["role"],
+        truncated_to=entry["truncated_to"],
+        label_pad_id=entry["label_pad_id"],
+    )
 
 
 def _rebuild(

@@ -226,6 +226,29 @@ def _write_store(
     return section
 
 
+def _count_targets(
+    writer: PreparedWriter,
+    store: Mapping[str, Any],
+    config: PrepareConfig,
+    progress: ProgressCallback | None,
+) -> None:
+    """Each sequence's number of loss targets beside the store's loss mask or labels
+    (`num_targets.npy`), recorded in the files table: one pass over the written store, the
+    same whichever engine wrote it."""
+    from seqpack_cli.prepare.num_targets import write_num_targets
+    from seqpack_cli.target_counts import COUNTED_ROLES
+    from seqpack_cli.token_sources import INFO_NAME
+
+    truncated_to = config.max_seq_len if config.over_cap == "truncate" else None
+    for role in COUNTED_ROLES:
+        if role in store:
+            name = write_num_targets(
+                writer.tmp_path / role, role, truncated_to=truncated_to, progress=progress
+            )
+            writer.record_file(f"{role}/{name}")
+            writer.record_file(f"{role}/{INFO_NAME}")  # now describing the file
+
+
 def _opened(store: Mapping[str, Any], root: Path) -> dict[str, Any]:
     """The store's sources in `root` (memory-mapped), as `load_prepared` opens them."""
     from seqpack_cli.token_sources import FlatTokenSource
@@ -341,6 +364,7 @@ def prepare_dataset(config: PrepareConfig, *, progress: ProgressCallback | None 
             if split and config.engine == "local":  # nothing wrong here: the one pass's stands
                 error = one_pass.error if isinstance(one_pass, Fallback) else None
                 raise error if isinstance(error, InputError) else changed_error()
+        _count_targets(writer, store, config, progress)
         writer.write_bytes(COUNTS_NAME, counts_to_json(kept))
         writer.write_bytes(TEMPLATES_NAME, templates_to_json(templates))
         id_range = (scanned.id_min, scanned.id_max)

@@ -27,10 +27,14 @@ import numpy as np
 from seqpack_cli import __version__
 from seqpack_cli.errors import ConfigError, InputError, option
 from seqpack_cli.prepare.inputs import resolve_inputs
+from seqpack_cli.prepare.num_targets import write_num_targets
 from seqpack_cli.prepare.token_reading import (
     IDS_BY_ROW_NAME,
+    TOKENS,
     TokenInput,
+    ValueRule,
     choose_dtype,
+    choose_signed_dtype,
     inspect_token_inputs,
     stream_token_lists,
 )
@@ -39,6 +43,7 @@ from seqpack_cli.prepared import siblings as _siblings
 from seqpack_cli.prepared.alignment import check_pool_lengths
 from seqpack_cli.prepared.mounts import check_no_mounts_inside, remove_tree
 from seqpack_cli.prepared.staging import Staging
+from seqpack_cli.target_counts import COUNTED_ROLES, NUM_TARGETS_NAME
 from seqpack_cli.token_sources import (
     IDS_NAME,
     INFO_NAME,
@@ -65,8 +70,22 @@ ID_INDEX_BYTES_PER_ROW = 32
 """Memory the id index takes while it is built, per row, at most: the id column is sorted in
 memory (the ids, the order, the sorted ids and the sort's scratch): 3.2 GB at 1e8 rows."""
 
-_OWN_NAMES = frozenset({TOKENS_NAME, OFFSETS_NAME, IDS_NAME, ROWS_NAME, INFO_NAME})
+_OWN_NAMES = frozenset(
+    {TOKENS_NAME, OFFSETS_NAME, IDS_NAME, ROWS_NAME, INFO_NAME, NUM_TARGETS_NAME}
+)
 _OVERWRITE = option("overwrite", python="overwrite=True")
+_ROLE_RULES = {
+    "tokens": TOKENS,
+    "labels": ValueRule(what="labels"),
+    "loss_mask": ValueRule(
+        what="loss mask",
+        allowed=(0, 1),
+        outside="a loss mask holds 1 where the loss is taken and 0 elsewhere: fix the column, "
+        "or write labels (role='labels') instead",
+        allow_bool=True,
+    ),
+}
+"""What each `role` of `write_token_source` admits, and how messages name its column."""
 
 
 # ---- the output: what may be replaced, and the move into place ---------------------------------
@@ -192,6 +211,12 @@ def _check_ids_from(prepared: Prepared, id_column: str | None, shown: Path | Non
         )
 
 
+def _truncates(prepared: Prepared) -> bool:
+    """Whether `prepared` was made with `--over-cap truncate` (the collator then keeps the first
+    max_seq_len tokens of a longer sequence)."""
+    return bool(prepared.manifest.get("config", {}).get("over_cap") == "truncate")
+
+
 def check_token_source(source: FlatTokenSource, prepared: Prepared | str | os.PathLike[str]) -> int:
     """Check that `source` holds every id of `prepared`'s pools with exactly the pool's length
     (at least `max_seq_len` for the longest pool of a `--over-cap truncate` prepare); return the
@@ -210,7 +235,6 @@ def _check_against(
     """`check_token_source`, naming the source `shown` (the output, while it is written)."""
     if isinstance(prepared, (str, os.PathLike)):
         prepared = load_prepared(prepared)
-    config = prepared.manifest.get("config", {})
     info = getattr(source, "info", None) or {}
     if "id_column" in info:
         _check_ids_from(prepared, info["id_column"], shown)
@@ -223,7 +247,7 @@ def _check_against(
     return check_pool_lengths(
         source,
         prepared.pools,
-        truncated_at=prepared.max_seq_len if config.get("over_cap") == "truncate" else None,
+        truncated_at=prepared.max_seq_len if _truncates(prepared) else None,
         name=f"token source {shown}" if shown is not None else "token source",
         locate=locate,
     )
@@ -232,7 +256,12 @@ def _check_against(
 # ---- the builder --------------------------------------------------------------------------------
 
 
-def _check_arguments(column: Any, id_column: Any, dtype: Any) -> np.dtype[Any] | None:
+def _check_arguments(column: Any, id_column: Any, dtype: Any, role: Any) -> np.dtype[Any] | None:
+    if role not in _ROLE_RULES:
+        raise ConfigError(
+            f"{option('role')} is {role!r}; expected one of {list(_ROLE_RULES)}: 'tokens' for "
+            "token ids, 'labels' for per-token labels (-100: no target), 'loss_mask' for 0/1"
+        )
     for name, value in (("column", column), ("id_column", id_column)):
         if (value is not None or name == "column") and not (isinstance(value, str) and value):
             raise ConfigError(f"{option(name)} is {value!r}; expected a column name")
@@ -302,6 +331,7 @@ def write_token_source(
     prepared: Prepared | str | os.PathLike[str] | None = None,
     id_column: str | None = None,
     dtype: Any = None,
+    role: str = "tokens",
     overwrite: bool = False,
 ) -> FlatTokenSource:
     """Write the token lists of parquet column `column` to the directory `output`; return it
@@ -320,8 +350,17 @@ def write_token_source(
             the id index (ids ascending and their rows) is sorted in memory
             (`ID_INDEX_BYTES_PER_ROW`, 32 bytes a row).
         dtype: the tokens' dtype; by default the smallest unsigned one that holds the largest
-            token id (from the footers' statistics, else a first pass over the column). A signed
-            dtype admits negative values that fit it (labels with -100).
+            token id (from the footers' statistics, else a first pass over the column), int32
+            for labels (int64 if a value needs it), uint8 for a loss mask. A signed dtype admits
+            negative values that fit it (labels with -100).
+        role: what the column holds: "tokens" (token ids), "labels" (per-token labels, -100
+            where nothing is predicted) or "loss_mask" (0/1, or booleans). With labels or a loss
+            mask, each sequence's number of loss targets is written too (`num_targets.npy`,
+            see `seqpack_cli.target_counts`): the returned source's `num_targets`, which the
+            datasets read for `num_items_in_batch` when it is passed as `labels_source` or
+            `loss_mask_source`. Counted for label pad id -100, over whole sequences, or over
+            their first max_seq_len tokens when `prepared` was made with
+            `--over-cap truncate`.
         overwrite: replace `output` if it is a token source (or an empty directory).
 
     Raises `InputError` for bad data (a missing or non-list column, a NULL list or id, a value
@@ -333,17 +372,21 @@ def write_token_source(
     `token_reading.TARGET_VALUES_PER_BATCH` values) at a time, plus the id index.
     """
     started = time.perf_counter()
-    chosen = _check_arguments(column, id_column, dtype)
+    chosen = _check_arguments(column, id_column, dtype, role)
+    rule = _ROLE_RULES[role]
     output = Path(os.path.abspath(output))
     if isinstance(prepared, (str, os.PathLike)):
         prepared = load_prepared(prepared)
     if prepared is not None:
         _check_ids_from(prepared, id_column, output)  # before any work
     paths = resolve_inputs(inputs, exclude=[output])
-    files = inspect_token_inputs(paths, column, id_column)
+    files = inspect_token_inputs(paths, column, id_column, rule)
     recover_siblings(output)  # what killed runs left beside it
     _check_output(output, overwrite=overwrite)
-    chosen = chosen if chosen is not None else choose_dtype(files, column)
+    if chosen is None and role == "labels":
+        chosen = choose_signed_dtype(files, column)
+    elif chosen is None:
+        chosen = np.dtype("u1") if role == "loss_mask" else choose_dtype(files, column)
     staging = Staging(output)
     try:
         try:
@@ -353,11 +396,15 @@ def write_token_source(
                 f"cannot create output directory {output}: {error.strerror or error}; choose "
                 f"a writable {option('output')}"
             ) from None
-        num_tokens = stream_token_lists(staging.path, files, column, id_column, chosen)
+        num_tokens = stream_token_lists(staging.path, files, column, id_column, chosen, rule)
         info = source_info(column, id_column, chosen, files, num_tokens)
         if id_column is not None:
             write_id_index(staging.path, id_column, row_locator(info["inputs"]["files"]))
         (staging.path / INFO_NAME).write_text(json.dumps(info, indent=1) + "\n", "utf-8")
+        if role in COUNTED_ROLES:
+            truncates = prepared is not None and _truncates(prepared)
+            truncated_to = prepared.max_seq_len if prepared is not None and truncates else None
+            write_num_targets(staging.path, role, truncated_to=truncated_to)
         if prepared is not None:
             _check_against(FlatTokenSource.open(staging.path), prepared, output)
         replaced = _move_into_place(staging, output, overwrite=overwrite)

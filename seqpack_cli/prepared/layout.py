@@ -14,6 +14,14 @@ prepared/
                     every input row, in row order; `labels/` or `loss_mask/` beside it with
                     `--labels-column` / `--loss-mask-column`. Listed in the manifest's
                     `token_store` and its files table.
+  labels/num_targets.npy or loss_mask/num_targets.npy
+                    each row's number of loss targets (int32, or int64 for a sequence over
+                    2**31 tokens), aligned with the role's rows, counted as `PackedCollator`
+                    makes targets (labels != -100 or mask != 0, never a sequence's first token,
+                    within the first max_seq_len tokens under `--over-cap truncate`); described
+                    in that role's token_source.json (`num_targets`), listed in the files table
+                    (size, sha256, edges_sha256). A store written before it has none:
+                    `Prepared.num_targets` is then None (see `seqpack_cli.target_counts`).
 ```
 """
 
@@ -81,6 +89,16 @@ class Prepared:
     manifest_sha256: str | None = None
     """The manifest's own digest as loaded (None for format_version 1): what a reopen of the same
     path (a DataLoader worker) compares to tell that it still holds this prepare."""
+
+    @property
+    def num_targets(self) -> Any:
+        """Each sequence's number of loss targets, stored with the loss mask or labels (a
+        `seqpack_cli.target_counts.NumTargets`: `take(seq_ids)`, `truncated_to`), or None
+        without either (or in a store written before seqpack stored them)."""
+        for values in (self.labels, self.loss_mask):
+            if values is not None:
+                return getattr(values, "num_targets", None)
+        return None
 
     @property
     def max_seq_len(self) -> int:

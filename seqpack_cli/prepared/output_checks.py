@@ -63,7 +63,11 @@ def _manifest_problem(manifest_path: Path) -> str | None:
 
 _POOL_NAME = re.compile(r"-?\d+\.npy")
 _STORE_FILES = {"tokens.npy", "offsets.npy", "ids.npy", "rows.npy", "token_source.json"}
-_STORE_FILES_OF = {"tokens": _STORE_FILES | {"pieces.npy"}}  # a split store's piece table
+_STORE_FILES_OF = {
+    "tokens": _STORE_FILES | {"pieces.npy"},  # a split store's piece table
+    "labels": _STORE_FILES | {"num_targets.npy"},  # each sequence's number of targets
+    "loss_mask": _STORE_FILES | {"num_targets.npy"},
+}
 
 
 def _foreign_entries(output: Path) -> list[str]:

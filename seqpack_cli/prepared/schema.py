@@ -52,7 +52,7 @@ _SHA256 = re.compile(r"[0-9a-f]{64}")
 _POOL_NAME = re.compile(rf"{POOLS_DIR}/([1-9][0-9]{{0,18}})\.npy")
 _STORE_NAME = re.compile(
     rf"({'|'.join(STORE_ROLES)})/(tokens\.npy|offsets\.npy|ids\.npy|rows\.npy|token_source\.json)"
-    r"|tokens/pieces\.npy"
+    r"|tokens/pieces\.npy|(labels|loss_mask)/num_targets\.npy"
 )
 
 

@@ -2,7 +2,9 @@
 
 Each role is a token-source directory (`seqpack_cli.token_sources`: `tokens.npy`, `offsets.npy`,
 `token_source.json`, and with an id column `ids.npy`, `rows.npy`), written by
-`seqpack prepare --tokens-column` and memory-mapped here. A store of `--over-cap split` holds
+`seqpack prepare --tokens-column` and memory-mapped here. `labels/` or `loss_mask/` also holds
+`num_targets.npy`, each sequence's number of loss targets (`seqpack_cli.target_counts`; not in
+a store of an older seqpack): the role's source's `num_targets`. A store of `--over-cap split` holds
 each split sequence as its pieces (one row each, with new ids: an id index whatever the ids) and
 the piece table `tokens/pieces.npy` (`piece_table`).
 """
@@ -21,6 +23,7 @@ from seqpack_cli.prepared.layout import STORE_ROLES, TOKEN_STORE_KEY
 from seqpack_cli.prepared.pool_files import pool_file_name
 from seqpack_cli.prepared.schema import unusable
 from seqpack_cli.prepared.snapshot import open_directory, reopen
+from seqpack_cli.target_counts import NUM_TARGETS_NAME
 from seqpack_cli.token_sources import (
     IDS_NAME,
     INDEX_DTYPE,
@@ -151,6 +154,12 @@ def open_store(
                     root, f"the files table does not list {unlisted[0]} of the token store"
                 )
             source = _open_role(root, role, dir_fd, digest)
+            if source.num_targets is not None and f"{role}/{NUM_TARGETS_NAME}" not in listed:
+                raise unusable(
+                    root,
+                    f"{role}/{INFO_NAME} describes {NUM_TARGETS_NAME}, but the files table "
+                    f"does not list {role}/{NUM_TARGETS_NAME}",
+                )
             _check_role(root, role, entry, source, sources.get("tokens", source), num_rows)
             sources[role] = source
     finally:
