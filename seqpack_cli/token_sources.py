@@ -18,7 +18,10 @@ A token source directory (written by `seqpack_cli.prepare.token_files.write_toke
 a parquet column of token lists) holds `tokens.npy` (all values back to back, the smallest
 unsigned dtype that holds them), `offsets.npy` (int64), with an id column (or split sequences,
 `has_id_index`) `ids.npy` and `rows.npy` (int64: the ids ascending, and the row holding each),
-and `token_source.json` (written last). `FlatTokenSource.open(path)` memory-maps it. The token
+and `token_source.json` (written last). A loss mask or labels may hold `num_targets.npy` too,
+each sequence's number of loss targets (`seqpack_cli.target_counts`), described in
+`token_source.json` and opened as the source's `num_targets`. `FlatTokenSource.open(path)`
+memory-maps it. The token
 store of `seqpack prepare --over-cap split` adds `pieces.npy` to its `tokens/`: one row
 (piece id, source id, start) per piece, for tracing pieces back (`open_store` does not need it).
 `seqpack_cli.prepared.alignment.check_pool_lengths` checks that a source holds every id of a
