@@ -7,6 +7,9 @@
   `cu_seq_lens_q` (what `PackedCollator(format="hf")` and transformers'
   `DataCollatorWithFlattening` give). On CUDA it runs PyTorch's FlashAttention varlen kernel;
   elsewhere an exact per-sequence computation.
+- `cost_per_token(config)` (`cost`): c of a bin's cost `c*l + l**2` for
+  `EpochPlan(balance="cost")`, the linear layers' FLOPs per token over attention's per token pair,
+  from a transformers config (12 * hidden_size for a standard transformer).
 
 Importing this package needs neither torch nor transformers; `register_attention()` imports
 them and, without them, raises `MissingDependencyError` naming the extra to install.
@@ -14,9 +17,10 @@ them and, without them, raises `MissingDependencyError` naming the extra to inst
 
 from __future__ import annotations
 
+from seqpack_cli.hf.cost import cost_per_token
 from seqpack_cli.hf.names import ATTENTION_NAME
 
-__all__ = ["ATTENTION_NAME", "register_attention"]
+__all__ = ["ATTENTION_NAME", "cost_per_token", "register_attention"]
 
 
 def register_attention() -> str:
