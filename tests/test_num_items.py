@@ -180,3 +180,48 @@ def test_labels_and_truncation_are_counted_as_the_collator_counts() -> None:
         rows = [ds.collator([ds.plan[j]]) for j in range(step * 3, min(step * 3 + 3, len(ds)))]
         expected = sum(int((row["labels"] != -100).sum()) for row in rows)
         assert int(ds[k]["num_items_in_batch"]) == expected
+
+
+@pytest.mark.parametrize(
+    ("role", "options"),
+    [
+        ("loss_mask", {"loss_mask_column": "mask", "over_cap": "drop"}),
+        ("labels", {"labels_column": "labels", "over_cap": "truncate"}),
+    ],
+)
+def test_a_prepared_store_counts_from_its_stored_targets(
+    tmp_path: Any, monkeypatch: pytest.MonkeyPatch, role: str, options: dict
+) -> None:
+    from token_datasets import store_config, write_token_files
+
+    from seqpack_cli.data import targets
+    from seqpack_cli.prepare import load_prepared, prepare_dataset
+
+    rng = np.random.default_rng(2)
+    sequences = [rng.integers(1, 500, int(rng.integers(1, 31))).tolist() for _ in range(120)]
+    labels = [[t if rng.random() < 0.6 else -100 for t in s] for s in sequences]
+    mask = [rng.integers(0, 2, len(s)).tolist() for s in sequences]
+    write_token_files(tmp_path, sequences, cuts=(50,), labels=labels, mask=mask)
+    prepare_dataset(store_config(tmp_path, **options))
+    prepared = load_prepared(tmp_path / "out")
+    assert prepared.num_targets is not None
+
+    def no_reading(*args: Any, **kwargs: Any) -> Any:
+        raise AssertionError("the stored counts were not used")
+
+    monkeypatch.setattr(targets, "fetch", no_reading)  # counting from the store reads no mask
+    datasets = [
+        PackedIterableDataset(prepared, pad_token_id=PAD, seed=4, rank=r, world_size=3,
+                              batch_size=2, grad_accum=2, return_num_items_in_batch=True)
+        for r in range(3)
+    ]  # fmt: skip
+    plan = datasets[0].plan
+    items = [list(ds) for ds in datasets]
+    for step in range(plan.num_steps):
+        first = step // 2 * 2
+        rows = [
+            ds.collator([b]) for s in range(first, min(first + 2, plan.num_steps))
+            for ds in datasets for b in ds.plan.step(s)
+        ]  # fmt: skip
+        expected = sum(int((row["labels"] != -100).sum()) for row in rows)
+        assert all(int(items[r][step]["num_items_in_batch"]) == expected for r in range(3))
