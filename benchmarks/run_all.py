@@ -20,10 +20,11 @@ SCRIPTS = [
     "bench_token_store.py",
     "bench_dask.py",
     "bench_training.py",
+    "bench_balance.py",
 ]
 # The quick form of a script whose flag is not --quick: bench_training's tiny CPU configuration
-# (its full form needs a CUDA GPU and says so in one line without one).
-QUICK_ARGS = {"bench_training.py": ["--smoke"]}
+# (its full form needs a CUDA GPU and says so in one line without one), bench_balance's tiny sizes.
+QUICK_ARGS = {"bench_training.py": ["--smoke"], "bench_balance.py": ["--smoke"]}
 
 
 def main() -> int:
