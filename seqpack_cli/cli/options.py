@@ -14,6 +14,7 @@ import typer
 __all__ = [
     "JsonOption",
     "LengthColumnOption",
+    "LengthMultipleOption",
     "MaxSeqLenOption",
     "MaxSeqsPerBinOption",
     "MemoryLimitOption",
@@ -44,6 +45,16 @@ MaxSeqsPerBinOption = Annotated[
     int | None,
     typer.Option(
         "--max-seqs-per-bin", help="At most this many sequences per bin (default: no cap)."
+    ),
+]
+
+LengthMultipleOption = Annotated[
+    int | None,
+    typer.Option(
+        "--length-multiple",
+        help="Pack each sequence into a slot of its length rounded up to this multiple (2 * "
+        "context-parallel size for THD batches); must divide --max-seq-len (default: 1).",
+        show_default=False,
     ),
 ]
 

@@ -16,6 +16,7 @@ import typer
 from seqpack_cli.cli.options import (
     JsonOption,
     LengthColumnOption,
+    LengthMultipleOption,
     MaxSeqLenOption,
     MaxSeqsPerBinOption,
     MemoryLimitOption,
@@ -71,6 +72,15 @@ def _render_prepare(summary: dict[str, Any]) -> None:
         f"{int(summary['efficiency'] * 10_000) / 100:.2f}% "
         f"(lower bound {summary['lower_bound_bins']:,} bins)",
     )
+    multiple = summary["config"].get("length_multiple")
+    if multiple:
+        padding = summary["num_multiple_padding"]
+        capacity = summary["num_bins"] * summary["config"]["max_seq_len"]
+        table.add_row(
+            "length multiple",
+            f"{multiple}: slots cost {padding:,} tokens of padding "
+            f"({100 * padding / capacity:.2f}% of the bins' capacity)",
+        )
     engine = summary.get("engine", {})
     if engine.get("name") == "dask":
         table.add_row(
@@ -130,6 +140,7 @@ def prepare(
     ] = False,
     packer: PackerOption = Packer.batched,
     max_seqs_per_bin: MaxSeqsPerBinOption = None,
+    length_multiple: LengthMultipleOption = None,
     threads: ThreadsOption = None,
     memory_limit: MemoryLimitOption = None,
     temp_dir: TempDirOption = None,
@@ -183,6 +194,7 @@ def prepare(
         over_cap=over_cap,
         packer=packer.value,
         max_seqs_per_bin=max_seqs_per_bin,
+        length_multiple=length_multiple,
         threads=threads,
         memory_limit=memory_limit,
         temp_dir=temp_dir,

@@ -7,6 +7,9 @@ Pool position p of length L holds the id `pool_L[perm_L[p]]`, `perm_L` a `Feiste
 bit width of their size: a batch sorts its ids by pool, which groups them by width for the
 `FeistelFamily` kernel. The smallest pools are copied into one array, read with one `take` for all
 of them (`EpochTuning.merged_pool_ids`).
+
+A pool may be a `ConcatPool` (the exact-length pools a rounded length's slots take, under a
+length multiple): it is read in place, part by part; plain arrays keep their single `take`.
 """
 
 from __future__ import annotations
@@ -17,6 +20,7 @@ from typing import Any
 import numpy as np
 
 from seqpack_cli.checks import check_int
+from seqpack_cli.epoch.concat_pools import ConcatPool
 from seqpack_cli.epoch.feistel import word_width
 from seqpack_cli.epoch.permutations import FeistelFamily, FeistelPermutation
 from seqpack_cli.epoch.scratch import Scratch
@@ -27,16 +31,16 @@ from seqpack_cli.seeding import seed_from_components
 __all__ = ["IdPools", "pool_arrays"]
 
 
-def pool_arrays(pools: Any, needed: Mapping[int, int]) -> dict[int, np.ndarray]:
-    """Each needed length's pool as a 1-d integer ndarray (memory-maps stay on disk), or
-    `InputError` unless `pools` holds exactly the ids the templates need (`needed`: length ->
-    ids of that length)."""
+def pool_arrays(pools: Any, needed: Mapping[int, int]) -> dict[int, Any]:
+    """Each needed length's pool as a 1-d integer ndarray (memory-maps stay on disk) or a
+    `ConcatPool` (kept as it is: its parts are never concatenated), or `InputError` unless
+    `pools` holds exactly the ids the templates need (`needed`: length -> ids of that length)."""
     if not isinstance(pools, Mapping):
         raise InputError(
             f"pools is a {type(pools).__name__}; expected a mapping length -> array of ids "
             "(as returned by length_histogram_from_lengths or load_prepared)"
         )
-    arrays: dict[int, np.ndarray] = {}
+    arrays: dict[int, Any] = {}
     for key, value in pools.items():
         length = check_int(
             "a pool key",
@@ -47,7 +51,7 @@ def pool_arrays(pools: Any, needed: Mapping[int, int]) -> dict[int, np.ndarray]:
         )
         # asarray keeps a np.memmap's buffer (a view, no copy) and drops the subclass, whose
         # per-operation bookkeeping would slow every gather.
-        array = np.asarray(value)
+        array = value if isinstance(value, ConcatPool) else np.asarray(value)
         if array.size == 0 and length not in needed:
             continue
         _check_pool(length, array, needed)
@@ -63,7 +67,7 @@ def pool_arrays(pools: Any, needed: Mapping[int, int]) -> dict[int, np.ndarray]:
     return arrays
 
 
-def _check_pool(length: int, array: np.ndarray, needed: Mapping[int, int]) -> None:
+def _check_pool(length: int, array: Any, needed: Mapping[int, int]) -> None:
     if array.ndim != 1 or array.dtype.kind not in "iu":
         raise InputError(
             f"pool for length {length} is a {array.ndim}-d array of dtype {array.dtype}; "

@@ -14,6 +14,7 @@ from seqpack_cli.errors import ConfigError, option
 from seqpack_cli.interrupts import signals_held
 from seqpack_cli.prepare.cluster.tuning import ClusterTuning
 from seqpack_cli.prepare.pools.tuning import PoolTuning
+from seqpack_cli.prepared.multiples import check_length_multiple
 
 __all__ = ["ENGINES", "OVER_CAP", "PACKERS", "PrepareConfig", "engine_option", "over_cap_option"]
 
@@ -99,6 +100,10 @@ class PrepareConfig:
     """With engine `dask`: start a local cluster of this many worker processes for the run."""
     cluster_tuning: ClusterTuning = field(default_factory=ClusterTuning)
     """The sizes the Dask engine cuts its work into (not a CLI option): tests shrink them."""
+    length_multiple: int | None = None
+    """Pack each sequence into a slot of its length rounded up to this multiple (2 * cp for
+    context parallelism); must divide `max_seq_len`. None or 1: exact lengths. The pools stay
+    per exact length (`seqpack_cli.prepared.multiples`)."""
 
     def __post_init__(self) -> None:
         with signals_held():  # the first import of DuckDB, which a signal must not cut short
@@ -116,6 +121,8 @@ class PrepareConfig:
             _column_name(self.id_column, "id_column")
         object.__setattr__(self, "max_seq_len", check_max_seq_len(self.max_seq_len))
         object.__setattr__(self, "max_seqs_per_bin", check_max_seqs_per_bin(self.max_seqs_per_bin))
+        multiple = check_length_multiple(self.length_multiple, self.max_seq_len)
+        object.__setattr__(self, "length_multiple", None if multiple == 1 else multiple)
         packer = self.packer.replace("_", "-") if isinstance(self.packer, str) else self.packer
         if packer not in PACKERS:
             raise ConfigError(

@@ -41,6 +41,8 @@ from seqpack_cli.prepared import (
     templates_to_json,
 )
 from seqpack_cli.prepared.layout import TOKEN_STORE_KEY
+from seqpack_cli.prepared.multiples import multiple_padding, pack_slots, slot_stats
+from seqpack_cli.prepared.slot_pools import SlotPools
 from seqpack_cli.progress import ProgressCallback
 
 __all__ = [
@@ -56,10 +58,15 @@ logger = logging.getLogger(__name__)
 
 
 def _pack(counts: Mapping[int, int], config: PrepareConfig) -> Counter[tuple[int, ...]]:
-    from seqpack_cli.packing.histogram import pack_length_histogram, pack_length_histogram_batched
-
-    packer = pack_length_histogram_batched if config.packer == "batched" else pack_length_histogram
-    return packer(counts, config.max_seq_len, max_seqs_per_bin=config.max_seqs_per_bin)
+    """The packer's templates (of slot lengths under `length_multiple`): the one function
+    `Prepared.repack` packs with too, so both give the same templates."""
+    return pack_slots(
+        counts,
+        config.max_seq_len,
+        max_seqs_per_bin=config.max_seqs_per_bin,
+        packer=config.packer,
+        length_multiple=config.length_multiple or 1,
+    )
 
 
 def _apply_over_cap(
@@ -157,6 +164,7 @@ def _manifest(
         "min_length": min(kept),
         "max_length": max(kept),
         **over_cap,
+        **_multiple_figures(kept, config),
         "dropped": {"over_max_seq_len": over_cap["num_dropped"]},
         "id_min": id_range[0],
         "id_max": id_range[1],
@@ -179,6 +187,8 @@ def _manifest(
             "max_seqs_per_bin": config.max_seqs_per_bin,
             "filter_over_cap": config.filter_over_cap,
             "over_cap": config.over_cap,
+            # Only with a multiple: without one the manifest's bytes stay those of before.
+            **({"length_multiple": config.length_multiple} if config.length_multiple else {}),
         },
         "inputs": {
             "num_files": len(files),
@@ -192,6 +202,13 @@ def _manifest(
         "summary": summary,
         "stats": stats.to_dict(),
     }
+
+
+def _multiple_figures(kept: Mapping[int, int], config: PrepareConfig) -> dict[str, int]:
+    """With a length multiple: the padding it costs (slot tokens minus real tokens)."""
+    if not config.length_multiple:
+        return {}
+    return {"num_multiple_padding": multiple_padding(kept, config.length_multiple)}
 
 
 def _write_store(
@@ -260,11 +277,10 @@ def _plan(
     kept: Mapping[int, int], config: PrepareConfig, started: float
 ) -> tuple[Counter[tuple[int, ...]], Any]:
     """The templates the kept lengths pack into, and their `PackingStats`."""
-    from seqpack_cli.packing.efficiency import PackingStats
-
     templates = _pack(kept, config)
-    stats = PackingStats.from_templates(
-        templates, config.max_seq_len, max_seqs_per_bin=config.max_seqs_per_bin
+    # Efficiency on the real tokens, whatever slots the multiple rounds them to.
+    stats = slot_stats(
+        templates, kept, config.max_seq_len, max_seqs_per_bin=config.max_seqs_per_bin
     )
     logger.info(
         "packed into %d bins, %d templates, efficiency %.4f (%.2fs)",
@@ -382,7 +398,9 @@ def prepare_dataset(config: PrepareConfig, *, progress: ProgressCallback | None 
         written: Counter[tuple[int, ...]] = Counter()
         for template, multiplicity in templates.items():
             written[tuple(int(x) for x in template)] += int(multiplicity)
-        pools = PoolMap(output, counts)
+        pools: Mapping[int, Any] = PoolMap(output, counts)
+        if config.length_multiple:  # keyed by slot length, as load_prepared gives them
+            pools = SlotPools(pools, counts, config.max_seq_len, config.length_multiple, False)
         prepared = Prepared(output, writer.manifest, counts, written, pools, **sources)
     logger.info("wrote %s in %.2fs", output, time.perf_counter() - started)
     return prepared

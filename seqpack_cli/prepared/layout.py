@@ -7,7 +7,10 @@ prepared/
                     size and sha256 (and the token store's edges_sha256), its own digest
                     (manifest_sha256); written last, so its presence means the rest is complete
   counts.json       {length: number of sequences}, lengths ascending
-  templates.json    [[template_lengths, multiplicity], ...], templates descending
+  templates.json    [[template_lengths, multiplicity], ...], templates descending; with
+                    config.length_multiple m > 1 (`prepare --length-multiple`), of slot lengths
+                    (each length rounded up to a multiple of m), while counts.json and the
+                    pools stay per exact length (`load_prepared` keys the pools by slot)
   pools/{length}.npy  int64 ids of that length, ascending
   tokens/           only with `--tokens-column`: a token source directory (tokens.npy,
                     offsets.npy, with an id column ids.npy and rows.npy, token_source.json) of
@@ -27,6 +30,7 @@ prepared/
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from collections import Counter
 from collections.abc import Iterator, Mapping
@@ -104,6 +108,34 @@ class Prepared:
     def max_seq_len(self) -> int:
         """The bin capacity the templates were packed for."""
         return int(self.manifest["config"]["max_seq_len"])
+
+    @property
+    def length_multiple(self) -> int:
+        """The multiple the templates' slot lengths are rounded up to (1: exact lengths)."""
+        return int(self.manifest["config"].get("length_multiple") or 1)
+
+    def repack(
+        self,
+        max_seq_len: int | None = None,
+        max_seqs_per_bin: int | None = None,
+        length_multiple: int | None = None,
+        over_cap: str | None = None,
+    ) -> Prepared:
+        """This directory packed again for other options, from its histogram: no token read,
+        no file written, the same token store and memory-mapped pools (`ConcatPool`s under a
+        length multiple). None keeps the manifest's value; `over_cap` ("drop", "truncate",
+        "error"; None: the manifest's) decides what happens to sequences over a smaller
+        `max_seq_len`. See `seqpack_cli.prepared.repack`."""
+        from seqpack_cli.prepared.repack import repack_prepared
+
+        repacked = repack_prepared(
+            self,
+            max_seq_len=max_seq_len,
+            max_seqs_per_bin=max_seqs_per_bin,
+            length_multiple=length_multiple,
+            over_cap=over_cap,
+        )
+        return dataclasses.replace(self, **repacked)  # the same path, token store and digest
 
     @property
     def summary(self) -> dict[str, Any]:

@@ -45,9 +45,11 @@ from seqpack_cli.prepared.integrity import (
     manifest_digest,
 )
 from seqpack_cli.prepared.layout import COUNTS_NAME, MANIFEST_NAME, TEMPLATES_NAME, Prepared
+from seqpack_cli.prepared.multiples import check_length_multiple, slot_counts
 from seqpack_cli.prepared.pool_files import POOL_DTYPE as _POOL_DTYPE
 from seqpack_cli.prepared.pool_files import POOLS_DIR, npy_header, pool_file_name
 from seqpack_cli.prepared.schema import check_manifest, unusable
+from seqpack_cli.prepared.slot_pools import SlotPools
 from seqpack_cli.prepared.snapshot import open_directory, read_text_at, reopen, was_replaced
 from seqpack_cli.prepared.store import check_stored_lengths, open_store
 from seqpack_cli.prepared.strict_json import parse_json
@@ -415,8 +417,19 @@ def _load(root: Path, dir_fd: int, *, mmap: bool, verify: bool, max_mapped_pools
     counts, pairs = _read_contents(root, dir_fd, manifest)
     _check_files(root, dir_fd, manifest["files"], verify=verify)
     config = manifest["config"]
+    # Under a length multiple the templates hold slot lengths; the pools stay per exact length.
+    multiple = check_length_multiple(
+        config.get("length_multiple"),
+        config["max_seq_len"],
+        error=PreparedFormatError,
+        where=f"{root}: manifest.json config.",
+    )
     templates = check_templates(
-        root, pairs, counts, config["max_seq_len"], config.get("max_seqs_per_bin")
+        root,
+        pairs,
+        counts if multiple == 1 else slot_counts(counts, multiple),
+        config["max_seq_len"],
+        config.get("max_seqs_per_bin"),
     )
     check_figures(root, manifest, counts, templates)
     digest = manifest_digest(manifest)
@@ -437,4 +450,7 @@ def _load(root: Path, dir_fd: int, *, mmap: bool, verify: bool, max_mapped_pools
     if not mmap:
         for length in counts:
             pools[length]
-    return Prepared(root, manifest, counts, templates, pools, **store, manifest_sha256=digest)
+    slots: Mapping[int, Any] = pools
+    if multiple > 1:
+        slots = SlotPools(pools, counts, config["max_seq_len"], multiple, truncate=False)
+    return Prepared(root, manifest, counts, templates, slots, **store, manifest_sha256=digest)

@@ -1,0 +1,107 @@
+"""`ConcatPool`: one pool made of several id arrays, read as their concatenation without a copy.
+
+With a length multiple m (`Prepared.repack(length_multiple=m)`, `prepare --length-multiple m`),
+a template slot of rounded length R takes any sequence whose length lies in (R - m, R], so the
+pool of R is the pools of those exact lengths one after the other. They stay where they are
+(memory-mapped files stay mapped): a read of positions finds each position's part with one
+`searchsorted` over the few part boundaries, then reads each part with one `take`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+__all__ = ["ConcatPool"]
+
+
+class ConcatPool:
+    """The concatenation of 1-d integer id arrays `parts`, read in place.
+
+    Behaves as the 1-d int64 array of the parts back to back where the epoch reads pools:
+    `len`, `size`, `ndim`, `dtype`, `shape`, `pool[i]`, `pool[positions]` and
+    `pool.take(positions, out=..., mode=...)`. `np.asarray(pool)` builds the concatenated copy
+    (for the epoch's small pools only, which it copies anyway).
+    """
+
+    __slots__ = ("_starts", "offsets", "parts")
+
+    ndim = 1
+    dtype = np.dtype(np.int64)
+
+    def __init__(self, parts: Sequence[Any]) -> None:
+        self.parts = tuple(np.asarray(part) for part in parts)
+        for part in self.parts:
+            if part.ndim != 1 or part.dtype.kind not in "iu":
+                raise ValueError(
+                    f"a ConcatPool part is a {part.ndim}-d array of dtype {part.dtype}; "
+                    "expected 1-d integer ids"
+                )
+        sizes = np.array([part.shape[0] for part in self.parts], dtype=np.int64)
+        self.offsets = np.zeros(len(self.parts) + 1, dtype=np.int64)
+        """Where each part starts in the concatenation; the last entry is its size."""
+        np.cumsum(sizes, out=self.offsets[1:])
+        # The inner boundaries: searchsorted(side="right") on them gives a position's part.
+        self._starts = self.offsets[1:-1]
+
+    @property
+    def size(self) -> int:
+        return int(self.offsets[-1])
+
+    @property
+    def shape(self) -> tuple[int]:
+        return (self.size,)
+
+    def __len__(self) -> int:
+        return self.size
+
+    def __array__(self, dtype: Any = None, copy: Any = None) -> np.ndarray:
+        whole = np.concatenate([part.astype(np.int64, copy=False) for part in self.parts])
+        return whole if dtype is None else whole.astype(dtype, copy=False)
+
+    def __getitem__(self, index: Any) -> Any:
+        if isinstance(index, (int, np.integer)):
+            position = int(index)
+            if position < 0:
+                position += self.size
+            if not 0 <= position < self.size:
+                raise IndexError(f"index {index} is out of range for a pool of {self.size} ids")
+            part = int(np.searchsorted(self._starts, position, side="right"))
+            return self.parts[part][position - int(self.offsets[part])]
+        positions = np.asarray(index)
+        if positions.dtype.kind not in "iu":
+            raise TypeError(f"a ConcatPool is indexed by integer positions, not {index!r}")
+        positions = np.where(positions < 0, positions + self.size, positions)
+        if positions.size and not (positions.min() >= 0 and positions.max() < self.size):
+            raise IndexError(f"positions out of range for a pool of {self.size} ids")
+        return self.take(positions)
+
+    def take(
+        self, positions: np.ndarray, out: np.ndarray | None = None, mode: str = "raise"
+    ) -> Any:
+        """The ids at `positions` (in [0, size); `mode` as for `np.take`, "clip" skipping the
+        range check), into `out` (int64) if given."""
+        positions = np.asarray(positions, dtype=np.int64)
+        if out is None:
+            out = np.empty(positions.shape, dtype=np.int64)
+        if mode == "raise" and positions.size:
+            low, high = int(positions.min()), int(positions.max())
+            if low < 0 or high >= self.size:
+                bad = low if low < 0 else high
+                raise IndexError(f"position {bad} is out of range for a pool of {self.size} ids")
+        if len(self.parts) == 1:
+            self.parts[0].take(positions, out=out, mode="clip")
+            return out
+        part_of = np.searchsorted(self._starts, positions, side="right")
+        for part, (array, start) in enumerate(zip(self.parts, self.offsets.tolist(), strict=False)):
+            where = np.flatnonzero(part_of == part)
+            if where.size:
+                local = positions.take(where)
+                local -= start
+                out[where] = array.take(local, mode="clip")
+        return out
+
+    def __repr__(self) -> str:
+        return f"ConcatPool({len(self.parts)} parts, {self.size} ids)"
