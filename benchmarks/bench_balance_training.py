@@ -13,6 +13,10 @@ Printed per plan: mean emulated step time, mean rank time, their ratio (the time
 the cost model's predicted max/mean, and the speed-up of the balanced plan. Tokens are random
 (speed does not depend on their values); the optimizer step is left out (the same on every rank).
 
+Measured on one NVIDIA H200 (torch 2.11, transformers 5.17), defaults (code lengths at 32,768,
+60,000 sequences, W=8, window 256): one row per rank, step 0.374 s -> 0.206 s (1.81x; slowest over
+mean rank 1.644 -> 1.009, predicted 1.666 -> 1.002); two rows per rank, 0.664 s -> 0.372 s (1.79x).
+
     python benchmarks/bench_balance_training.py                   # CUDA: code lengths, L=32768, W=8
     python benchmarks/bench_balance_training.py --smoke           # tiny model on CPU (tests run it)
 """
