@@ -10,6 +10,7 @@ from torch.utils.data import Dataset
 
 from seqpack_cli.checks import check_int
 from seqpack_cli.data.epochs import PackedEpochs
+from seqpack_cli.epoch.dealing import DEFAULT_BALANCE_WINDOW
 
 __all__ = ["PackedDataset"]
 
@@ -54,6 +55,8 @@ class PackedDataset(PackedEpochs, Dataset):
             item k carries `num_items_in_batch`, the loss targets of its optimizer step: the
             items k with the same `k // (batch_size * grad_accum)`, i.e. `grad_accum` batches
             of `batch_size` rows (`seqpack_cli.data.targets`).
+        balance, cost_per_token, balance_window: as for `PackedIterableDataset` (one rank here:
+            "cost" only groups rows of like attention cost into steps of `batch_size`).
         cp_size, cp_rank, length_multiple: context parallelism (format="thd"), as for
             `PackedCollator`: every context-parallel rank of a data-parallel rank reads the
             same bins and gets its share of each. `num_items_in_batch` stays the step's
@@ -85,6 +88,9 @@ class PackedDataset(PackedEpochs, Dataset):
         cp_size: int = 1,
         cp_rank: int = 0,
         length_multiple: int | None = None,
+        balance: str | None = None,
+        cost_per_token: float | None = None,
+        balance_window: int = DEFAULT_BALANCE_WINDOW,
     ) -> None:
         batch_size = check_int(
             "batch_size",
@@ -114,6 +120,9 @@ class PackedDataset(PackedEpochs, Dataset):
             rows_per_rank=batch_size,
             grad_accum=grad_accum,
             return_num_items_in_batch=return_num_items_in_batch,
+            balance=balance,
+            cost_per_token=cost_per_token,
+            balance_window=balance_window,
             cp_size=cp_size,
             cp_rank=cp_rank,
             length_multiple=length_multiple,
