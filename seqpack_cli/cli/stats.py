@@ -16,6 +16,7 @@ from typing import Annotated
 import typer
 
 from seqpack_cli.cli.options import (
+    LengthMultipleOption,
     MemoryLimitOption,
     TempDirOption,
     ThreadsOption,
@@ -242,6 +243,7 @@ def stats(
             "--world-size weighs (its epoch 0, as PackedDataset(seed=...) plans it).",
         ),
     ] = 0,
+    length_multiple: LengthMultipleOption = None,
     world_size: Annotated[
         list[str] | None,
         typer.Option(
@@ -328,6 +330,7 @@ def stats(
         rows_per_rank=rows,
         cost_per_token=cost_per_token,
         balance_window=balance_window,
+        length_multiple=length_multiple,
     )
     with rich_progress(enabled=not (quiet or json_output)) as progress:
         report = describe(request, progress=progress)

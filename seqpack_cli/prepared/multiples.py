@@ -31,6 +31,7 @@ __all__ = [
     "slot_counts",
     "slot_length",
     "slot_stats",
+    "with_real_tokens",
 ]
 
 
@@ -116,19 +117,22 @@ def slot_stats(
     *,
     max_seqs_per_bin: int | None,
 ) -> Any:
-    """`PackingStats` of templates of slot lengths, with the token figures (tokens, capacity,
-    efficiency, padding) of the real lengths `counts`; bins, fullness and bound are the slots'."""
-    from seqpack_cli.packing.efficiency import PackingStats, fill_figures
+    """`PackingStats` of templates of slot lengths, with the token figures of the real lengths
+    `counts` (`with_real_tokens`)."""
+    from seqpack_cli.packing.efficiency import PackingStats
 
     stats = PackingStats.from_templates(templates, max_seq_len, max_seqs_per_bin=max_seqs_per_bin)
+    return with_real_tokens(stats, counts)
+
+
+def with_real_tokens(stats: Any, counts: Mapping[int, int]) -> Any:
+    """`stats` (a `PackingStats` of slot lengths) with tokens, capacity, efficiency and padding
+    counted on the real lengths `counts`; bins, fullness and bound stay the slots'."""
+    from seqpack_cli.packing.efficiency import fill_figures
+
     real_tokens = sum(int(length) * int(count) for length, count in counts.items())
     if real_tokens == stats.num_tokens:
         return stats
-    figures = fill_figures(stats.num_bins, stats.num_sequences, real_tokens, max_seq_len)
-    return dataclasses.replace(
-        stats,
-        **{
-            key: figures[key]
-            for key in ("num_tokens", "capacity", "efficiency", "padding", "padding_ratio")
-        },
-    )
+    figures = fill_figures(stats.num_bins, stats.num_sequences, real_tokens, stats.max_seq_len)
+    keys = ("num_tokens", "capacity", "efficiency", "padding", "padding_ratio")
+    return dataclasses.replace(stats, **{key: figures[key] for key in keys})

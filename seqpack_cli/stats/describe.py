@@ -105,6 +105,13 @@ step of epoch 0 of a training run's plan, a rank's cost being the sum over its b
       worst_max_over_mean     the largest of them
       worst_step              the first step where it is reached
 
+With a length multiple (a prepared directory packed with `--length-multiple`, or a sweep with
+`length_multiple`, `--length-multiple`), the document then ends with the key `length_multiple`
+(`seqpack_cli.stats.multiple_cost`): one entry per packing (the directory's, or each sweep row's,
+packed again on slot lengths): max_seq_len, max_seqs_per_bin, length_multiple, num_bins,
+num_tokens (real), num_slot_tokens, padding (num_slot_tokens - num_tokens) and padding_share
+(padding over num_bins * max_seq_len). A prepared directory's `stats` count its real tokens.
+
 Every count is an exact integer (Python ints: past 2**63 where the data is that large).
 
 Importing this module is cheap (no numpy, duckdb or rich): the CLI imports it at start-up.
@@ -125,6 +132,7 @@ from seqpack_cli.progress import ProgressCallback
 if TYPE_CHECKING:
     from seqpack_cli.prepared import Prepared
     from seqpack_cli.stats.left_out import LeftOut
+    from seqpack_cli.stats.multiple_cost import MultipleCost
     from seqpack_cli.stats.profile import PackingProfile
     from seqpack_cli.stats.rank_balance import PlanBalance, RankBalanceOptions
     from seqpack_cli.stats.sweep import SweepResult
@@ -255,6 +263,7 @@ class StatsRequest:
     rows_per_rank: int | Sequence[int] | None = None
     cost_per_token: float | None = None
     balance_window: int | None = None
+    length_multiple: int | None = None
     prepared_dir: str | None = field(init=False)
     rank_balance: RankBalanceOptions | None = field(init=False)
 
@@ -284,6 +293,11 @@ class StatsRequest:
         object.__setattr__(self, "rank_balance", self._rank_balance_options())
         if self.is_sweep:
             object.__setattr__(self, "max_seqs_per_bin", check_caps(self.max_seqs_per_bin))
+            if self.length_multiple is not None:  # before any scan: each row packs on slots
+                from seqpack_cli.prepared.multiples import check_length_multiple
+
+                for value in lens:
+                    check_length_multiple(self.length_multiple, value)
         elif self.max_seqs_per_bin is not None:
             # A prepared directory was packed with its own cap; ignoring this one silently would
             # show figures for a cap the user did not ask about.
@@ -384,6 +398,9 @@ class StatsReport:
     profile: PackingProfile | None = None
     sweep: SweepResult | None = None
     rank_balance: tuple[PlanBalance, ...] = ()  # with request.rank_balance: every plan weighed
+    multiple_costs: tuple[MultipleCost, ...] = ()  # under a length multiple: its padding
+    counts: Mapping[int, int] = field(default_factory=dict, repr=False, compare=False)
+    """The length histogram described (real lengths)."""
 
     def __post_init__(self) -> None:
         if (self.profile is None) == (self.sweep is None):
@@ -441,6 +458,8 @@ class StatsReport:
                 **options.to_dict(),
                 "plans": [plan.to_dict() for plan in self.rank_balance],
             }
+        if self.multiple_costs:
+            ordered["length_multiple"] = [cost.to_dict() for cost in self.multiple_costs]
         return ordered
 
     def _left_out_dict(self) -> dict[str, Any] | None:
@@ -467,9 +486,47 @@ def describe(request: StatsRequest, *, progress: ProgressCallback | None = None)
             report = _sweep_prepared(request, prepared, progress)
         else:
             report = _profile_prepared(request, prepared)
+    report = _with_multiple_costs(report)
     if request.rank_balance is None:
         return report
     return _with_rank_balance(report, request.rank_balance, progress)
+
+
+def _with_multiple_costs(report: StatsReport) -> StatsReport:
+    """`report` with the padding of its length multiple: the prepared directory's (packed with
+    one), or `request.length_multiple` at each sweep row."""
+    import dataclasses
+
+    from seqpack_cli.stats.multiple_cost import multiple_cost, sweep_multiple_costs
+
+    multiple = report.request.length_multiple
+    config = (report.manifest or {}).get("config", {})
+    if report.profile is not None:
+        directory = int(config.get("length_multiple") or 1)
+        if multiple not in (None, directory):
+            raise ConfigError(
+                f"{option('length_multiple')} {multiple} with the prepared directory "
+                f"{report.inputs[0]}, packed with length_multiple {directory}: stats describes "
+                f"its packing; leave {option('length_multiple')} out (or compare "
+                f"{_SEQ_LENS} values with it)"
+            )
+        if directory == 1:
+            return report
+        profile = report.profile
+        cost = multiple_cost(
+            report.counts,
+            profile.max_seq_len,
+            directory,
+            num_bins=profile.stats.num_bins,
+            max_seqs_per_bin=profile.max_seqs_per_bin,
+        )
+        return dataclasses.replace(report, multiple_costs=(cost,))
+    if multiple is None:
+        return report
+    assert report.sweep is not None  # a StatsReport holds one of the two
+    rows = [(row.max_seq_len, row.max_seqs_per_bin) for row in report.sweep.rows]
+    costs = sweep_multiple_costs(report.counts, rows, multiple)
+    return dataclasses.replace(report, multiple_costs=tuple(costs))
 
 
 def _with_rank_balance(
@@ -514,7 +571,16 @@ def _profile_prepared(request: StatsRequest, prepared: Prepared) -> StatsReport:
         seed=request.seed,
         max_seqs_per_bin=manifest.get("config", {}).get("max_seqs_per_bin"),
     )
-    return StatsReport(request, "prepared", (str(prepared.path),), manifest, profile=profile)
+    if prepared.length_multiple > 1:  # templates of slot lengths: count the real tokens
+        import dataclasses
+
+        from seqpack_cli.prepared.multiples import with_real_tokens
+
+        profile = dataclasses.replace(
+            profile, stats=with_real_tokens(profile.stats, prepared.counts)
+        )
+    path = (str(prepared.path),)
+    return StatsReport(request, "prepared", path, manifest, profile=profile, counts=prepared.counts)
 
 
 def _sweep_prepared(
@@ -527,7 +593,9 @@ def _sweep_prepared(
         prepared.counts, request.max_seq_lens, progress=progress, **_sweep_options(request)
     )
     path = (str(prepared.path),)
-    return StatsReport(request, "prepared", path, prepared.manifest, sweep=result)
+    return StatsReport(
+        request, "prepared", path, prepared.manifest, sweep=result, counts=prepared.counts
+    )
 
 
 def _sweep_parquet(request: StatsRequest, progress: ProgressCallback | None) -> StatsReport:
@@ -548,4 +616,5 @@ def _sweep_parquet(request: StatsRequest, progress: ProgressCallback | None) -> 
     result = sweep_max_seq_len(
         counts, request.max_seq_lens, progress=progress, **_sweep_options(request)
     )
-    return StatsReport(request, "parquet", tuple(str(path) for path in files), sweep=result)
+    paths = tuple(str(path) for path in files)
+    return StatsReport(request, "parquet", paths, sweep=result, counts=counts)

@@ -117,6 +117,8 @@ def render_report(console: Console, report: StatsReport) -> None:
     if options is not None:
         console.print()
         console.print(render_rank_balance(report.rank_balance, options))
+    for cost in report.multiple_costs:
+        console.print(f"length multiple at max_seq_len {cost.max_seq_len:,}: {cost.text()}")
 
 
 def render_report_html(report: StatsReport) -> str:
