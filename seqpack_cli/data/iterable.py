@@ -262,13 +262,8 @@ class PackedIterableDataset(PackedEpochs, IterableDataset):
             "num_bins": len(self.plan),
             "seed": self.seed,
             "rank": self.rank,
-            "world_size": self.world_size,
-            "rows_per_rank": self.batch_size,
-            "balance": self.balance,
-            "cost_per_token": self.cost_per_token,
-            "balance_window": self.balance_window,
-            "drop_last": self.drop_last,
-            "cursor": self._cursor.to_state(),
+            **self._layout(),
+            "cursor": self._cursor.to_state(),  # the layout's cursor, as plain ints
         }
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
