@@ -45,6 +45,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))  # distributions
 
 import distributions
 import numpy as np
+from tables import print_table
 
 from seqpack_cli.epoch.dealing import DEFAULT_BALANCE_WINDOW
 from seqpack_cli.epoch.plan import EpochPlan
@@ -203,7 +204,7 @@ def measure_imbalance(
     )
 
 
-def imbalance_table(problems: Sequence[Problem], sizes: Sizes) -> list[Imbalance]:
+def imbalanceprint_table(problems: Sequence[Problem], sizes: Sizes) -> list[Imbalance]:
     return [
         measure_imbalance(problem, world_size, rows, balance)
         for problem in problems
@@ -241,7 +242,7 @@ def print_imbalance(rows: Sequence[Imbalance]) -> None:
                 "yes" if met else "NO",
             ]
         )
-    _table(
+    print_table(
         f"1. imbalance (max/mean rank cost per step), c = {COST_PER_TOKEN:,.0f}, window "
         f"{DEFAULT_BALANCE_WINDOW}; target cost mean <= {TARGET_MEAN:.2f}, "
         f"worst <= {TARGET_WORST:.2f}",
@@ -347,7 +348,7 @@ def print_windows(problem: Problem, layout: tuple[int, int], rows: Sequence[Wind
         for row in rows
     ]
     world_size, rows_per_rank = layout
-    _table(
+    print_table(
         f"4. balance_window on {problem.case.name}, W={world_size}, B={rows_per_rank} "
         f"({problem.case.num_sequences:,} sequences; 'none': today's plan)",
         ["window", "mean", "worst", "templates/step", "step cost cv"],
@@ -356,16 +357,6 @@ def print_windows(problem: Problem, layout: tuple[int, int], rows: Sequence[Wind
 
 
 # ---------------------------------------------------------------- output
-
-
-def _table(title: str, header: list[str], rows: list[list[str]]) -> None:
-    cells = [header, *rows]
-    widths = [max(len(row[i]) for row in cells) for i in range(len(header))]
-    print(f"\n== {title}")
-    for number, row in enumerate(cells):
-        print("  ".join(cell.rjust(width) for cell, width in zip(row, widths, strict=True)))
-        if number == 0:
-            print("  ".join("-" * width for width in widths))
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -382,10 +373,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             f"  {problem.case.name}: {problem.case.num_sequences:,} sequences, "
             f"{problem.num_bins:,} bins, {len(problem.templates):,} templates"
         )
-    print_imbalance(imbalance_table(problems, sizes))
+    print_imbalance(imbalanceprint_table(problems, sizes))
 
     world_size, rows = sizes.timing_layout
-    _table(
+    print_table(
         f"2. building a step, per rank per step (ranks 0 and {world_size - 1} iterate a whole "
         f"epoch), W={world_size}, B={rows}; target mean <= {TARGET_STEP_MS} ms",
         ["case", "balance", "steps", "ids/step", "mean ms", "p99 ms", "max ms", "met"],
@@ -398,7 +389,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     case = sizes.memory_case
     memory_cases = [case, Case(case.distribution, case.max_seq_len, 10 * case.num_sequences)]
-    _table(
+    print_table(
         f"3. peak traced memory while rank 0 iterates its balanced epoch, W={world_size}, "
         f"B={rows} (the plan built beforehand)",
         ["case", "sequences", "bins", "steps", "largest window", "peak MiB"],

@@ -58,6 +58,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))  # distributions
 
 import distributions
 import numpy as np
+from tables import print_table
 
 from seqpack_cli.epoch.plan import EpochPlan
 from seqpack_cli.packing.histogram import pack_length_histogram_batched
@@ -84,16 +85,6 @@ def load_epoch_module(path: str | None) -> Any:
 
 
 # ---------------------------------------------------------------- helpers
-
-
-def _table(title: str, header: list[str], rows: list[list[Any]]) -> None:
-    cells = [header, *[[str(c) for c in row] for row in rows]]
-    widths = [max(len(row[i]) for row in cells) for i in range(len(header))]
-    print(f"\n== {title}")
-    for number, row in enumerate(cells):
-        print("  ".join(cell.rjust(width) for cell, width in zip(row, widths, strict=True)))
-        if number == 0:
-            print("  ".join("-" * width for width in widths))
 
 
 def _status_kib(field: str) -> int:
@@ -229,7 +220,9 @@ def throughput(names: list[str], num_sequences: int, baseline: Any) -> None:
     ]
     if baseline is not None:
         header += ["M ids/s baseline", "speed-up"]
-    _table("EpochPlan iteration, one core (bins as lists of Python ints; cpu time)", header, rows)
+    print_table(
+        "EpochPlan iteration, one core (bins as lists of Python ints; cpu time)", header, rows
+    )
 
 
 def against_naive(name: str, num_sequences: int) -> None:
@@ -261,7 +254,7 @@ def against_naive(name: str, num_sequences: int) -> None:
                 f"{peak_setup / 2**20:.1f}",
             ]
         )
-    _table(
+    print_table(
         f"one epoch of {name}, N = {num_sequences:,}: EpochPlan against the reference's design",
         ["method", "setup cpu s", "total cpu s", "M ids/s", "peak alloc to 1st bin MiB"],
         rows,
@@ -280,7 +273,7 @@ def against_naive(name: str, num_sequences: int) -> None:
     cpu0 = time.process_time()
     plan.bins(1000, 1256)
     batch = time.process_time() - cpu0
-    _table(
+    print_table(
         "random access (same plan)",
         ["operation", "cpu"],
         [
@@ -438,7 +431,7 @@ def memory_test(name: str, num_sequences: int, slice_bins: int, baseline_path: s
             f"{run['epoch_minor_faults']:,} minor page faults",
         ]
 
-    _table(
+    print_table(
         f"memory test: {name}, {n:,} sequences, pools memory-mapped from disk",
         ["measure", "value"],
         [

@@ -151,19 +151,21 @@ def prepared_dir(parquet_dataset: ParquetDataset, tmp_path_factory: pytest.TempP
     return output
 
 
-def _load_reference_packers() -> ModuleType:
-    """benchmarks/reference_packers.py as a module (benchmarks/ is not a package)."""
-    path = Path(__file__).parents[1] / "benchmarks" / "reference_packers.py"
-    spec = importlib.util.spec_from_file_location("reference_packers", path)
+def load_benchmark(name: str) -> ModuleType:
+    """benchmarks/{name}.py as a module (benchmarks/ is not a package), registered in
+    sys.modules (its dataclasses look their module up there)."""
+    path = Path(__file__).parents[1] / "benchmarks" / f"{name}.py"
+    spec = importlib.util.spec_from_file_location(name, path)
     assert spec is not None and spec.loader is not None
     module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module
     spec.loader.exec_module(module)
     return module
 
 
 # The per-item packers written for the benchmark are the oracles of the packing tests (one
 # obvious implementation each, shared rather than copied).
-reference_packers = _load_reference_packers()
+reference_packers = load_benchmark("reference_packers")
 
 
 # The reference's worked example (max_seq_len=10): 9 sequences (ids 0..8), 41 tokens, 5 bins.

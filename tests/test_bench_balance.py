@@ -10,13 +10,11 @@ spread. The smoke sizes, the cases and the packer are built here too, not taken 
 
 from __future__ import annotations
 
-import importlib.util
-import sys
 from pathlib import Path
-from types import ModuleType
 
 import numpy as np
 import pytest
+from conftest import load_benchmark
 
 from seqpack_cli.epoch.dealing import DEFAULT_BALANCE_WINDOW
 from seqpack_cli.epoch.plan import EpochPlan
@@ -29,16 +27,7 @@ SEED = seed_from_components(0, 0)
 SMOKE_SEQUENCES = 3000
 
 
-def load_bench() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("bench_balance", BENCHMARKS / "bench_balance.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # its dataclasses look their module up there
-    spec.loader.exec_module(module)
-    return module
-
-
-bench = load_bench()
+bench = load_benchmark("bench_balance")
 import distributions  # noqa: E402  (benchmarks/ is on sys.path once the bench is loaded)
 
 

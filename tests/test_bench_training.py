@@ -11,17 +11,16 @@ benchmark itself on CUDA with a tiny model.
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import itertools
 import json
 import subprocess
 import sys
 from pathlib import Path
-from types import ModuleType
 from typing import Any
 
 import numpy as np
 import pytest
+from conftest import load_benchmark
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -34,16 +33,7 @@ PACKED = ("hf_sdpa", "bias", "seqpack_varlen", "seqpack_varlen_static")
 BLOCKED = "import sys; sys.modules.update(duckdb=None, polars=None, typer=None, rich=None); "
 
 
-def load_bench() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("bench_training", SCRIPT)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # its dataclasses look their module up there
-    spec.loader.exec_module(module)
-    return module
-
-
-bench = load_bench()
+bench = load_benchmark("bench_training")
 
 
 def run_script(*args: str, timeout: float = 120) -> subprocess.CompletedProcess[str]:
