@@ -347,7 +347,8 @@ class EpochPlan:
         if not 0 <= i < self._len:
             raise IndexError(f"bin {k} is out of range for an epoch plan of {self._len} bins")
         if self.balance is None and not self.cursor.pending:
-            g = (self.cursor.next_position + self.rank + i * self.world_size) % self.num_bins_total
+            u = self.rank + i * self.world_size  # the stream index; past its end, wrapped
+            g = self.cursor.next_position + u % (self.num_bins_total - self.cursor.next_position)
             return self._order[g] if self._order is not None else g
         return int(self._canonical_bins(i, i + 1, Scratch())[0])
 
