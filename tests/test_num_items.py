@@ -225,3 +225,18 @@ def test_a_prepared_store_counts_from_its_stored_targets(
         ]  # fmt: skip
         expected = sum(int((row["labels"] != -100).sum()) for row in rows)
         assert all(int(items[r][step]["num_items_in_batch"]) == expected for r in range(3))
+
+
+def test_a_short_last_step_left_out_is_not_counted() -> None:
+    tokens, _, source = _corpus(num=70, seed=8)
+    ds = PackedIterableDataset(
+        source, tokens, max_seq_len=MAX_SEQ_LEN, pad_token_id=PAD, seed=1, batch_size=4,
+        grad_accum=2, drop_remainder=True, return_num_items_in_batch=True,
+    )  # fmt: skip
+    assert len(ds.plan) % 4  # a short last step exists, and drop_remainder leaves it out
+    items = list(ds)
+    assert len(items) == len(ds.plan) // 4
+    last = len(items) - 1
+    first = last // 2 * 2
+    trained = [i for s in range(first, last + 1) for b in ds.plan.step(s) for i in b]
+    assert int(items[-1]["num_items_in_batch"]) == _brute_force([tokens[i] for i in trained], None)

@@ -238,12 +238,13 @@ class PackedEpochs:
             )
         return self._plan
 
-    def num_items_in_batch(self, step: int) -> int:
+    def num_items_in_batch(self, step: int, num_steps: int | None = None) -> int:
         """The loss targets of the optimizer step holding step `step` of this rank's epoch:
-        every rank's, every micro-batch's (`grad_accum` steps of the plan), from the plan."""
+        every rank's, every micro-batch's (`grad_accum` steps of the plan, of its first
+        `num_steps`), from the plan."""
         if self._targets is None:
             self._targets = StepTargets(self.collator, None, self.grad_accum)
-        return self._targets.for_step(self.plan, step)
+        return self._targets.for_step(self.plan, step, num_steps)
 
     def _switch_epoch(self, epoch: Any) -> bool:
         """Make `epoch` current; True when it changed."""

@@ -221,11 +221,13 @@ class PackedIterableDataset(PackedEpochs, IterableDataset):
         batches = deal_batches(
             self.plan, self._start, self.batch_size, share, drop_remainder=self.drop_remainder
         )
+        # The steps trained on: a short last step left out by drop_remainder has no targets.
+        trained_steps = len(self.plan) // self.batch_size if self.drop_remainder else None
         for end, bins in batches:
             batch = self.collator(bins)
             if self.return_num_items_in_batch:
                 step = (end - len(bins)) // self.batch_size
-                count = self.num_items_in_batch(step)
+                count = self.num_items_in_batch(step, trained_steps)
                 batch["num_items_in_batch"] = torch.tensor(count, dtype=torch.int64)
             if counting:
                 # Counted before the yield: once the consumer holds the batch, its bins are done.

@@ -51,13 +51,16 @@ class StepTargets:
             )
         self._last: tuple[int, int, int] | None = None  # (plan id, optimizer step, count)
 
-    def for_step(self, plan: EpochPlan, step: int) -> int:
-        """The targets of the optimizer step that holds `step` of `plan` (all ranks)."""
+    def for_step(self, plan: EpochPlan, step: int, num_steps: int | None = None) -> int:
+        """The targets of the optimizer step that holds `step` of `plan` (all ranks), of the
+        plan's first `num_steps` steps (all of them by default; fewer when a short last step
+        is not trained on)."""
         first = step // self.grad_accum * self.grad_accum
         cached = self._last
         if cached is not None and cached[:2] == (id(plan), first):
             return cached[2]
-        count = self.of_steps(plan, first, min(first + self.grad_accum, plan.num_steps))
+        stop = plan.num_steps if num_steps is None else min(num_steps, plan.num_steps)
+        count = self.of_steps(plan, first, min(first + self.grad_accum, stop))
         self._last = (id(plan), first, count)
         return count
 
