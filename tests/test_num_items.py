@@ -240,3 +240,26 @@ def test_a_short_last_step_left_out_is_not_counted() -> None:
     first = last // 2 * 2
     trained = [i for s in range(first, last + 1) for b in ds.plan.step(s) for i in b]
     assert int(items[-1]["num_items_in_batch"]) == _brute_force([tokens[i] for i in trained], None)
+
+
+@pytest.mark.parametrize(
+    "repack", [{"length_multiple": 4}, {"length_multiple": 4, "max_seq_len": 12}]
+)
+def test_a_length_multiple_counts_the_sequences_not_their_rounded_slots(
+    tmp_path: Any, repack: dict
+) -> None:
+    from token_datasets import store_config, write_token_files
+
+    from seqpack_cli.prepare import load_prepared, prepare_dataset
+
+    rng = np.random.default_rng(5)
+    sequences = [rng.integers(1, 500, int(rng.integers(1, 16))).tolist() for _ in range(80)]
+    write_token_files(tmp_path, sequences, cuts=(30,))
+    prepare_dataset(store_config(tmp_path))
+    prepared = load_prepared(tmp_path / "out").repack(over_cap="truncate", **repack)
+    assert prepared.length_multiple == 4
+    ds = PackedIterableDataset(prepared, pad_token_id=PAD, seed=4, batch_size=2,
+                               return_num_items_in_batch=True)  # fmt: skip
+    for step, item in enumerate(ds):
+        expected = sum(int((ds.collator([b])["labels"] != -100).sum()) for b in ds.plan.step(step))
+        assert int(item["num_items_in_batch"]) == expected

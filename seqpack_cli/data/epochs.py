@@ -198,9 +198,13 @@ class PackedEpochs:
         )
         self.return_num_items_in_batch = bool(return_num_items_in_batch)
         self._targets: StepTargets | None = None
+        # With a length multiple the templates hold rounded slots, not the sequences' lengths.
+        self._exact_templates = int(getattr(source, "length_multiple", 1) or 1) == 1
         if self.return_num_items_in_batch:
             counts = _stored_counts(source, token_source, labels_source, loss_mask_source)
-            self._targets = StepTargets(self.collator, counts, self.grad_accum)
+            self._targets = StepTargets(
+                self.collator, counts, self.grad_accum, self._exact_templates
+            )
         self._epoch = check_int("epoch", epoch, minimum=0)
         # What is left of the current epoch when a run resumed on another layout (world size,
         # rows per rank, balance): the plan deals only that.
@@ -243,7 +247,7 @@ class PackedEpochs:
         every rank's, every micro-batch's (`grad_accum` steps of the plan, of its first
         `num_steps`), from the plan."""
         if self._targets is None:
-            self._targets = StepTargets(self.collator, None, self.grad_accum)
+            self._targets = StepTargets(self.collator, None, self.grad_accum, self._exact_templates)
         return self._targets.for_step(self.plan, step, num_steps)
 
     def _switch_epoch(self, epoch: Any) -> bool:

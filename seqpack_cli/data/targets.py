@@ -7,7 +7,8 @@ rank sees only its own micro-batch, but the plan (`EpochPlan.step_templates`,
 rank can count the step's targets without communication:
 
 - without a loss mask or labels, a sequence of l tokens has l - 1 targets (its first token is
-  never predicted: `PackedCollator`), known from the templates alone;
+  never predicted: `PackedCollator`), known from the templates alone (with a length multiple,
+  whose templates hold rounded slots, from the token source's lengths);
 - with them, each sequence's count is read from what `prepare` stored beside the token store
   (`num_targets`, one integer per sequence: no token read), or, for a token source given by
   hand without one, counted from its loss mask or labels (those of all ranks: slower).
@@ -38,9 +39,13 @@ class StepTargets:
     stores as `num_targets`), or None; used when its truncation matches the collator's.
     """
 
-    def __init__(self, collator: PackedCollator, counts: Any, grad_accum: int) -> None:
+    def __init__(
+        self, collator: PackedCollator, counts: Any, grad_accum: int, exact_templates: bool = True
+    ) -> None:
         self.collator = collator
         self.grad_accum = grad_accum
+        # Whether the templates' lengths are the sequences' (not slots rounded to a multiple).
+        self._exact_templates = exact_templates
         masked = collator.labels_source is not None or collator.loss_mask_source is not None
         self._counts = counts if masked and _counts_match(counts, collator) else None
         self._masked = masked
@@ -66,6 +71,9 @@ class StepTargets:
 
     def of_steps(self, plan: EpochPlan, first: int, last: int) -> int:
         """The targets of every rank's bins in steps first..last-1 of `plan`."""
+        if not self._masked and not self._exact_templates:
+            ids, _ = plan.step_id_arrays(first, last)
+            return self._from_lengths(ids)
         if not self._masked:
             t = plan.step_templates(first, last)
             per_template = np.array([sum(x) - len(x) for x in plan.templates], dtype=np.int64)
@@ -74,6 +82,20 @@ class StepTargets:
         if self._counts is not None:
             return int(np.asarray(self._counts.take(ids), dtype=np.int64).sum())
         return self._counted(ids)
+
+    def _from_lengths(self, ids: np.ndarray) -> int:
+        """Targets of the sequences `ids` without a mask: their lengths (as the collator cuts
+        them) less one each."""
+        collator = self.collator
+        source = collator.token_source
+        sequence_lengths = getattr(source, "sequence_lengths", None)
+        if sequence_lengths is not None:
+            lengths = np.asarray(sequence_lengths(ids), dtype=np.int64)
+        else:
+            _, lengths = fetch(source, ids)
+        if collator.truncate:
+            lengths = np.minimum(lengths, collator.max_seq_len)
+        return int((lengths - 1).sum())
 
     def _counted(self, ids: np.ndarray) -> int:
         """Targets of the sequences `ids`, from the collator's labels or loss mask (as
