@@ -3,8 +3,9 @@
 With a length multiple m (`Prepared.repack(length_multiple=m)`, `prepare --length-multiple m`),
 a template slot of rounded length R takes any sequence whose length lies in (R - m, R], so the
 pool of R is the pools of those exact lengths one after the other. They stay where they are
-(memory-mapped files stay mapped): a read of positions finds each position's part with one
-`searchsorted` over the few part boundaries, then reads each part with one `take`.
+(memory-mapped files stay mapped): a read of positions finds each position's part by comparing
+it with the few part boundaries, groups the positions by part, then reads each part with one
+`take`.
 """
 
 from __future__ import annotations
@@ -94,13 +95,27 @@ class ConcatPool:
         if len(self.parts) == 1:
             self.parts[0].take(positions, out=out, mode="clip")
             return out
-        part_of = np.searchsorted(self._starts, positions, side="right")
-        for part, (array, start) in enumerate(zip(self.parts, self.offsets.tolist(), strict=False)):
-            where = np.flatnonzero(part_of == part)
-            if where.size:
-                local = positions.take(where)
-                local -= start
-                out[where] = array.take(local, mode="clip")
+        # Each position's part: the count of inner boundaries at or below it (a few vectorised
+        # comparisons; numpy's searchsorted costs ~20 ns per random needle). Then the positions
+        # are grouped by part (a radix sort of uint8 keys), each part read with one take, and
+        # the ids put back in order: ~35 ns per id against ~55 ns for a mask per part.
+        key_type = np.uint8 if len(self.parts) < 256 else np.int64
+        part_of: np.ndarray = np.zeros(positions.shape[0], dtype=key_type)
+        for start in self._starts.tolist():
+            np.add(part_of, positions >= start, out=part_of, casting="unsafe")
+        order = np.argsort(part_of, kind="stable")
+        counts = np.bincount(part_of, minlength=len(self.parts)).tolist()
+        grouped = positions.take(order)
+        ids = np.empty(positions.shape[0], dtype=np.int64)
+        first = 0
+        for array, start, count in zip(self.parts, self.offsets.tolist(), counts, strict=False):
+            if count:
+                local = grouped[first : first + count]
+                if start:
+                    local -= start
+                array.take(local, out=ids[first : first + count], mode="clip")
+            first += count
+        out[order] = ids
         return out
 
     def __repr__(self) -> str:
