@@ -30,19 +30,13 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))  # distributions
 
 import distributions
 import numpy as np
+from tables import print_table
 
 from seqpack_cli.epoch.plan import EpochPlan
 from seqpack_cli.prepared.layout import Prepared
 from seqpack_cli.prepared.multiples import pack_slots
 
 ARRAY_SLICE_BINS = 1 << 16
-
-
-def _table(title: str, header: list[str], rows: list[list[Any]]) -> None:
-    widths = [max(len(str(x)) for x in column) for column in zip(header, *rows, strict=True)]
-    print(f"\n{title}")
-    for row in [header, *rows]:
-        print("  ".join(str(x).rjust(w) for x, w in zip(row, widths, strict=True)))
 
 
 def _zero_stride(count: int) -> np.ndarray:
@@ -99,7 +93,7 @@ def repack_at_scale(num_sequences: int, multiple: int) -> None:
                     f"{total - packer:.3f}",
                 ]
             )
-    _table(
+    print_table(
         f"repack at {num_sequences:.3g} sequences (CPU s; zero-stride pools, never read)",
         [
             "dist",
@@ -166,7 +160,7 @@ def epoch_rates(num_sequences: int, multiple: int, repeats: int) -> None:
                     f"{rates[f'm={multiple}'] / rates['plain']:.2f}x",
                 ]
             )
-    _table(
+    print_table(
         f"epoch ids/s (millions, fastest of {repeats}, CPU time): plain plan vs length_multiple "
         f"{multiple} (target >= 0.8x)",
         ["dist", "ids", "lengths", "slot pools", "via", "plain", f"m={multiple}", "ratio"],
