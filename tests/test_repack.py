@@ -268,6 +268,37 @@ def test_the_epoch_over_a_multiple_plan_gives_every_id_once_in_a_slot_of_its_len
     assert sorted(seen) == sorted(kept)
 
 
+@settings(max_examples=30, deadline=None)
+@given(
+    st.lists(st.lists(st.integers(1, 40), min_size=1, max_size=5), min_size=1, max_size=12),
+    st.one_of(st.none(), st.integers(0, 2**40)),
+    st.integers(0, 64),
+)
+def test_concat_pools_read_together_equal_their_concatenated_copies(
+    part_sizes: list[list[int]], seed: int | None, merged_pool_ids: int
+) -> None:
+    # Every ConcatPool a batch reads goes through one ConcatReader (unless small pools are
+    # merged into one copy): the bins equal those of the same pools concatenated into arrays.
+    from seqpack_cli.epoch.tuning import EpochTuning
+
+    pools: dict[int, Any] = {}
+    copies: dict[int, np.ndarray] = {}
+    templates: Counter[tuple[int, ...]] = Counter()
+    first = 0
+    for slot, sizes in enumerate(part_sizes, start=1):
+        parts = []
+        for size in sizes:
+            parts.append(np.arange(first, first + size, dtype=np.int64)[::-1].copy())
+            first += size
+        pools[slot] = ConcatPool(parts)
+        copies[slot] = np.concatenate(parts)
+        templates[(slot,)] = sum(sizes)
+    tuning = EpochTuning(merged_pool_ids=merged_pool_ids, min_batch_ids=64, batch_ids=64)
+    plan = EpochPlan(templates, pools, seed, tuning=tuning)
+    assert list(plan) == list(EpochPlan(templates, copies, seed))
+    assert sorted(i for b in plan for i in b) == list(range(first))
+
+
 def test_the_epoch_reads_a_concat_pool_in_place() -> None:
     from seqpack_cli.epoch.pools import pool_arrays
 

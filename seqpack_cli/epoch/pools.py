@@ -20,7 +20,7 @@ from typing import Any
 import numpy as np
 
 from seqpack_cli.checks import check_int
-from seqpack_cli.epoch.concat_pools import ConcatPool
+from seqpack_cli.epoch.concat_pools import ConcatPool, ConcatReader
 from seqpack_cli.epoch.feistel import word_width
 from seqpack_cli.epoch.permutations import FeistelFamily, FeistelPermutation
 from seqpack_cli.epoch.scratch import Scratch
@@ -95,6 +95,7 @@ class IdPools:
     """
 
     __slots__ = (
+        "_concat",
         "_family",
         "_member_index",
         "_perms",
@@ -116,6 +117,15 @@ class IdPools:
         self.member_dtype = np.dtype(np.uint16 if len(self.lengths) <= 1 << 16 else np.int64)
         self._member_index = np.arange(len(self.lengths), dtype=self.member_dtype)
         self.merged, self.merged_offsets = _merge_small_pools(self.arrays, tuning)
+        # The ConcatPools not merged, read together (see ConcatReader).
+        self._concat = ConcatReader(
+            self.arrays,
+            [
+                m
+                for m in range(len(self.merged_offsets), len(self.arrays))
+                if isinstance(self.arrays[m], ConcatPool)
+            ],
+        )
         self._perms: list[FeistelPermutation] | None = None
         self._family: FeistelFamily | None = None
         if seed is not None and self.lengths:
@@ -187,8 +197,11 @@ class IdPools:
             head += offsets
             self.merged.take(head, out=taken[:end], mode="clip")
         arrays = self.arrays
+        concat = self._concat
+        if concat:
+            concat.read(positions, members, taken)
         for m in nonempty:
-            if m < num_merged:
+            if m < num_merged or (concat and isinstance(arrays[m], ConcatPool)):
                 continue
             a, b = starts[m], starts[m + 1]
             pool = arrays[m]
