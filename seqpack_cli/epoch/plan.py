@@ -54,7 +54,13 @@ from seqpack_cli.errors import ConfigError
 from seqpack_cli.seeding import check_optional_seed, seed_from_components
 from seqpack_cli.templates import Template, canonical_templates
 
-__all__ = ["BALANCES", "EpochPlan", "canonical_templates", "materialize_epoch"]
+__all__ = [
+    "BALANCES",
+    "EpochPlan",
+    "canonical_templates",
+    "check_cost_per_token",
+    "materialize_epoch",
+]
 
 logger = logging.getLogger(__name__)
 
@@ -389,6 +395,29 @@ def template_costs(templates: Sequence[Template], cost_per_token: float) -> np.n
     )
 
 
+COST_PER_TOKEN_FIX = (
+    "derive it with seqpack_cli.hf.cost_per_token(model.config), e.g. 12 * hidden_size "
+    "(24576 for hidden 2048)"
+)
+
+
+def check_cost_per_token(cost_per_token: Any, name: str = "cost_per_token") -> float:
+    """c of a bin's cost `c*l + l**2` as a float, or `ConfigError` unless it is a finite
+    number >= 0 (`name`: the argument or option as the message shows it)."""
+    if isinstance(cost_per_token, (bool, np.bool_)) or not isinstance(
+        cost_per_token, (int, float, np.integer, np.floating)
+    ):
+        raise ConfigError(
+            f"{name} is {cost_per_token!r}; expected a number >= 0: {COST_PER_TOKEN_FIX}"
+        )
+    value = float(cost_per_token)
+    if not (value >= 0 and np.isfinite(value)):
+        raise ConfigError(
+            f"{name} is {value!r}; expected a finite number >= 0: {COST_PER_TOKEN_FIX}"
+        )
+    return value
+
+
 def _step_options(
     rows_per_rank: Any, balance: Any, cost_per_token: Any, balance_window: Any
 ) -> tuple[int, str | None, float | None, int]:
@@ -405,19 +434,7 @@ def _step_options(
             "(ranks balanced by attention cost)"
         )
     if cost_per_token is not None:
-        if isinstance(cost_per_token, (bool, np.bool_)) or not isinstance(
-            cost_per_token, (int, float, np.integer, np.floating)
-        ):
-            raise ConfigError(
-                f"cost_per_token is {cost_per_token!r}; expected a number >= 0: derive it with "
-                "seqpack_cli.hf.cost_per_token(model.config)"
-            )
-        cost_per_token = float(cost_per_token)
-        if not (cost_per_token >= 0 and np.isfinite(cost_per_token)):
-            raise ConfigError(
-                f"cost_per_token is {cost_per_token!r}; expected a finite number >= 0: derive "
-                "it with seqpack_cli.hf.cost_per_token(model.config)"
-            )
+        cost_per_token = check_cost_per_token(cost_per_token)
     elif balance == "cost":
         raise ConfigError(
             "balance='cost' needs cost_per_token (the linear layers' work per token relative to "

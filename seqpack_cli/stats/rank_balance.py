@@ -25,7 +25,7 @@ import numpy as np
 
 from seqpack_cli.checks import check_int
 from seqpack_cli.epoch.dealing import DEFAULT_BALANCE_WINDOW
-from seqpack_cli.epoch.plan import EpochPlan
+from seqpack_cli.epoch.plan import COST_PER_TOKEN_FIX, EpochPlan, check_cost_per_token
 from seqpack_cli.epoch.tables import ids_needed
 from seqpack_cli.epoch.tuning import EpochTuning
 from seqpack_cli.errors import ConfigError, option
@@ -50,11 +50,6 @@ _CHUNK_BINS = 1 << 18
 _EPOCH = 0
 _PROGRESS_STEP = "rank balance plans"
 _WORLD_SIZES = option("world_size", python="world_sizes")
-
-_COST_FIX = (
-    "derive it from the model with seqpack_cli.hf.cost_per_token(model.config), "
-    "e.g. 12 * hidden_size (24576 for hidden 2048)"
-)
 
 
 @dataclass(frozen=True)
@@ -150,16 +145,9 @@ def _check_cost(cost_per_token: Any) -> float:
     if cost_per_token is None:
         raise ConfigError(
             f"{_WORLD_SIZES} needs {name}: the linear layers' work per token relative to "
-            f"attention's per token pair; {_COST_FIX}"
+            f"attention's per token pair; {COST_PER_TOKEN_FIX}"
         )
-    if isinstance(cost_per_token, bool | np.bool_) or not isinstance(
-        cost_per_token, int | float | np.integer | np.floating
-    ):
-        raise ConfigError(f"{name} is {cost_per_token!r}; expected a number >= 0: {_COST_FIX}")
-    value = float(cost_per_token)
-    if not (math.isfinite(value) and value >= 0):
-        raise ConfigError(f"{name} is {value!r}; expected a finite number >= 0: {_COST_FIX}")
-    return value
+    return check_cost_per_token(cost_per_token, name)
 
 
 def _empty_pools(templates: Sequence[tuple[tuple[int, ...], int]]) -> dict[int, np.ndarray]:
