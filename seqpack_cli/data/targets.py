@@ -25,6 +25,7 @@ import numpy as np
 
 from seqpack_cli.collate import PackedCollator
 from seqpack_cli.epoch.plan import EpochPlan
+from seqpack_cli.target_counts import count_targets
 from seqpack_cli.token_sources import fetch
 
 __all__ = ["StepTargets"]
@@ -98,23 +99,26 @@ class StepTargets:
         return int((lengths - 1).sum())
 
     def _counted(self, ids: np.ndarray) -> int:
-        """Targets of the sequences `ids`, from the collator's labels or loss mask (as
-        `PackedCollator._labels` decides them)."""
+        """Targets of the sequences `ids`, counted from the collator's labels or loss mask
+        (`target_counts.count_targets`, the rule `prepare` stores them by)."""
         collator = self.collator
         if collator.labels_source is not None:
+            role = "labels"
             values, lengths = fetch(collator.labels_source, ids, name="labels_source")
-            kept = values != collator.label_pad_id
         else:
+            role = "loss_mask"
             values, lengths = fetch(
                 collator.loss_mask_source, ids, name="loss_mask_source", allow_bool=True
             )
-            kept = values != 0
-        starts = np.cumsum(lengths) - lengths
-        position = np.arange(len(values), dtype=np.int64) - np.repeat(starts, lengths)
-        kept &= position > 0  # a sequence's first token is never predicted
-        if collator.truncate:
-            kept &= position < collator.max_seq_len
-        return int(np.count_nonzero(kept))
+        offsets = np.concatenate([np.zeros(1, dtype=np.int64), np.cumsum(lengths)])
+        counts = count_targets(
+            values,
+            offsets,
+            role=role,
+            truncated_to=collator.max_seq_len if collator.truncate else None,
+            label_pad_id=collator.label_pad_id,
+        )
+        return int(counts.sum())
 
 
 def _counts_match(counts: Any, collator: PackedCollator) -> bool:
