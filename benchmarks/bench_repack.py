@@ -1,5 +1,6 @@
 """Repack benchmark (issue 24): `Prepared.repack` at 1e9 sequences, and the epoch's ids/s over a
-plan packed with a length multiple (slot pools read as `ConcatPool`s) against a plain plan.
+plan packed with a length multiple (slot pools made of exact-length `ConcatPool` parts) against a
+plain plan.
 
 1. repack at `--repack-sequences` (default 1e9) sequences of each realistic distribution: a
    `Prepared` whose counts sum to that many is built without 1e9 ids: every pool is a

@@ -314,7 +314,7 @@ def test_many_templates_use_the_bucket_table_and_its_fallback() -> None:
     pools, _ = make_pools(templates, 3)
     plan = EpochPlan(templates, pools, 99)
     assert plan._tables.bucket_shift > 0
-    table = plan._tables.bucket_template
+    table = plan._tables.bucket_segment
     assert (table < 0).any() and (table >= 0).any()
     assert list(plan) == oracle(templates, pools, 99)
 

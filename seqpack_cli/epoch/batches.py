@@ -2,12 +2,12 @@
 Python lists (`Chunk`).
 
 How a batch is computed, in 60-90 ns per id on one core: the batch's canonical bins go through a
-bucket table to their templates (`seqpack_cli.epoch.tables`); each id's slot and pool position
-follow from flat slot tables; the ids are sorted by pool (a radix sort), so the pool permutations
-run once per word width and each pool is read with one `take` (`seqpack_cli.epoch.pools`); then
-the ids go back to bin order. All batch-sized arrays are work arrays reused from batch to batch
-(`seqpack_cli.epoch.scratch`). Python lists cost as much again: bins of each frequent size are
-made by numpy in C, block by block (see `Chunk`).
+bucket table to their templates (or segments of them, `seqpack_cli.epoch.tables`); each id's
+slot and pool position follow from flat slot tables; the ids are sorted by pool (a radix
+sort), so the pool permutations run once per word width and each pool is read with one `take`
+(`seqpack_cli.epoch.pools`); then the ids go back to bin order. All batch-sized arrays are work
+arrays reused from batch to batch (`seqpack_cli.epoch.scratch`). Python lists cost as much
+again: bins of each frequent size are made by numpy in C, block by block (see `Chunk`).
 """
 
 from __future__ import annotations
@@ -65,8 +65,8 @@ class BatchDrawer:
         """
         num_bins = len(bins)
         tables = self._tables
-        t = tables.templates_of(bins, scratch)
-        sizes = tables.sizes.take(
+        t = tables.segments_of(bins, scratch)
+        sizes = tables.segment_sizes.take(
             t, out=scratch.array("bins.sizes", num_bins, np.int64), mode="clip"
         )
         chunk = Chunk(sizes, self._tuning)

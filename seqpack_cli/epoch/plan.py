@@ -23,7 +23,10 @@ How bin k of rank r is found:
    template; and pool position p of length L holds the id `pool_L[perm_L[p]]`, `perm_L` a
    FeistelPermutation seeded by `seed_from_components(seed, L)` (`seqpack_cli.epoch.pools`). A
    new seed gives a new order and new pairings from the same templates. Without a seed both are
-   the identity: the canonical order, deterministic.
+   the identity: the canonical order, deterministic. A pool given as a `ConcatPool` (a slot
+   length's exact-length pools, under a length multiple) is its parts one after the other:
+   position p of it is read from the part it falls in, through that part's permutation,
+   seeded by its exact length (`seqpack_cli.epoch.tables`).
 
 Bins are computed a batch at a time, in one vectorised pass of 60-90 ns per id on one core
 (`seqpack_cli.epoch.batches`); Python lists cost as much again. `bin_arrays` skips the lists:
@@ -148,7 +151,7 @@ class EpochPlan:
         needed = ids_needed(pairs)
         self._pools = IdPools(pools, needed, self.seed, self.tuning)
         self._tables = TemplateTables(
-            pairs, self._pools.lengths, self._pools.member_dtype, self.tuning
+            pairs, self._pools.lengths, self._pools.member_dtype, self.tuning, self._pools.parts
         )
         self.templates: list[Template] = self._tables.templates
         self.num_bins_total = total = self._tables.num_bins
@@ -178,7 +181,9 @@ class EpochPlan:
             )
         self._len = self._deal.num_bins
         self.num_steps = self._deal.num_steps
-        batch_bins = self.tuning.batch_bins(len(needed), self.num_sequences, total)
+        # Per pool read, not per slot length: a multiple's slot pools are read part by part.
+        num_pools = len(self._pools.lengths)
+        batch_bins = self.tuning.batch_bins(num_pools, self.num_sequences, total)
         self._drawer = BatchDrawer(self._tables, self._pools, self.tuning, batch_bins)
         logger.debug(
             "epoch plan: %d templates, %d lengths, %d bins (%d for rank %d/%d), seed %s, "

@@ -9,7 +9,9 @@ bit width of their size: a batch sorts its ids by pool, which groups them by wid
 of them (`EpochTuning.merged_pool_ids`).
 
 A pool may be a `ConcatPool` (the exact-length pools a rounded length's slots take, under a
-length multiple): it is read in place, part by part; plain arrays keep their single `take`.
+length multiple): each of its parts becomes a member of its own, keyed and seeded by its exact
+length, so every read is a plain pool's `take`; `parts` tells `TemplateTables` which members
+make each slot length's pool, in order.
 """
 
 from __future__ import annotations
@@ -20,7 +22,7 @@ from typing import Any
 import numpy as np
 
 from seqpack_cli.checks import check_int
-from seqpack_cli.epoch.concat_pools import ConcatPool, ConcatReader
+from seqpack_cli.epoch.concat_pools import ConcatPool
 from seqpack_cli.epoch.feistel import word_width
 from seqpack_cli.epoch.permutations import FeistelFamily, FeistelPermutation
 from seqpack_cli.epoch.scratch import Scratch
@@ -91,11 +93,12 @@ class IdPools:
     """The pools of an epoch and their permutations; see the module docstring.
 
     `pools` and `needed` as for `pool_arrays`; `seed` None for the identity permutations.
-    Member m is the pool of `lengths[m]`; `member_dtype` is the narrowest dtype of a member index.
+    Member m is the pool of `lengths[m]` (a slot length, or a `ConcatPool` part's exact length);
+    `member_dtype` is the narrowest dtype of a member index. `parts[R]`: the (length, size) of
+    the parts of slot length R's `ConcatPool`, in order (slots with a plain array are absent).
     """
 
     __slots__ = (
-        "_concat",
         "_family",
         "_member_index",
         "_perms",
@@ -104,28 +107,20 @@ class IdPools:
         "member_dtype",
         "merged",
         "merged_offsets",
+        "parts",
     )
 
     def __init__(
         self, pools: Any, needed: Mapping[int, int], seed: int | None, tuning: EpochTuning
     ) -> None:
-        arrays = pool_arrays(pools, needed)
+        arrays, sizes, self.parts = _split_concat_pools(pool_arrays(pools, needed))
         # Ordered by the bit width of their pool size, then by length (see the module docstring).
-        self.lengths = sorted(needed, key=lambda length: (word_width(needed[length]), length))
+        self.lengths = sorted(sizes, key=lambda length: (word_width(sizes[length]), length))
         self.arrays = [arrays[length] for length in self.lengths]
         # uint16 when possible: numpy sorts small unsigned keys with a radix sort.
         self.member_dtype = np.dtype(np.uint16 if len(self.lengths) <= 1 << 16 else np.int64)
         self._member_index = np.arange(len(self.lengths), dtype=self.member_dtype)
         self.merged, self.merged_offsets = _merge_small_pools(self.arrays, tuning)
-        # The ConcatPools not merged, read together (see ConcatReader).
-        self._concat = ConcatReader(
-            self.arrays,
-            [
-                m
-                for m in range(len(self.merged_offsets), len(self.arrays))
-                if isinstance(self.arrays[m], ConcatPool)
-            ],
-        )
         self._perms: list[FeistelPermutation] | None = None
         self._family: FeistelFamily | None = None
         if seed is not None and self.lengths:
@@ -197,11 +192,8 @@ class IdPools:
             head += offsets
             self.merged.take(head, out=taken[:end], mode="clip")
         arrays = self.arrays
-        concat = self._concat
-        if concat:
-            concat.read(positions, members, taken)
         for m in nonempty:
-            if m < num_merged or (concat and isinstance(arrays[m], ConcatPool)):
+            if m < num_merged:
                 continue
             a, b = starts[m], starts[m + 1]
             pool = arrays[m]
@@ -212,6 +204,37 @@ class IdPools:
             else:
                 taken[a:b] = pool[positions[a:b]]
         return taken
+
+
+def _split_concat_pools(
+    arrays: Mapping[int, Any],
+) -> tuple[dict[int, np.ndarray], dict[int, int], dict[int, list[tuple[int, int]]]]:
+    """(pools, sizes, parts): every `ConcatPool` of `arrays` (slot length -> pool) replaced by
+    its nonempty parts, keyed by their exact lengths; `parts` as `IdPools.parts`. A `ValueError`
+    if an exact length is the key of two pools (their permutations would share a seed)."""
+    pools: dict[int, np.ndarray] = {}
+    parts: dict[int, list[tuple[int, int]]] = {}
+    for slot, array in arrays.items():
+        if isinstance(array, ConcatPool):
+            parts[slot] = [
+                (length, len(part))
+                for length, part in zip(array.lengths, array.parts, strict=True)
+                if len(part)
+            ]
+            members = [
+                (length, part) for length, part in zip(array.lengths, array.parts, strict=True)
+            ]
+        else:
+            members = [(slot, array)]
+        for length, part in members:
+            if length in pools:
+                raise ValueError(
+                    f"the pools hold two pools of length {length} (slot {slot} and another); "
+                    "give each exact length to one ConcatPool or plain pool"
+                )
+            if len(part) or not isinstance(array, ConcatPool):
+                pools[length] = np.asarray(part)
+    return pools, {length: len(pool) for length, pool in pools.items()}, parts
 
 
 def _merge_small_pools(

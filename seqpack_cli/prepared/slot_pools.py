@@ -63,7 +63,7 @@ class SlotPools(Mapping[int, Any]):
             if len(lengths) == 1:
                 pool = self.exact[lengths[0]]  # the array itself: the epoch's plain fast path
             else:
-                pool = ConcatPool([self.exact[length] for length in lengths])
+                pool = ConcatPool([self.exact[length] for length in lengths], lengths)
             self._pools[slot] = pool
         return pool
 
