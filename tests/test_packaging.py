@@ -22,7 +22,15 @@ import seqpack_cli
 ROOT = Path(__file__).resolve().parents[1]
 
 # Where install hints live: the package, the docs, the build and CI files, the examples.
-_HINT_SOURCES = ["seqpack_cli", "benchmarks", "examples", "README.md", "Makefile", ".ci/run"]
+_HINT_SOURCES = [
+    "seqpack_cli",
+    "benchmarks",
+    "examples",
+    "README.md",
+    "docs",
+    "Makefile",
+    ".ci/run",
+]
 
 # `seqpack[...]` and `pip install seqpack` name the registry's other project; `seqpack-cli[...]`
 # and `pip install seqpack-cli` are this one. A command may wrap onto the next line of the docs.
