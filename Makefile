@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test test-all lint bench clean venv
+.PHONY: demo test test-all lint bench docs clean venv
 
 venv: $(STAMP)
 
@@ -37,6 +37,10 @@ lint: $(STAMP)
 
 bench: $(STAMP)
 	$(BIN)/python benchmarks/run_all.py
+
+# docs/benchmarks.md is the benchmarks' printed output (quick sizes), never copied by hand.
+docs: $(STAMP)
+	$(BIN)/python benchmarks/run_all.py --write-docs
 
 clean:
 	rm -rf $(VENV) build dist *.egg-info .pytest_cache .ruff_cache .mypy_cache .hypothesis demo_out bench_out
