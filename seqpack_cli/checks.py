@@ -35,7 +35,6 @@ __all__ = [
     "check_int",
     "check_max_seq_len",
     "check_max_seqs_per_bin",
-    "check_seed",
     "check_tolerance",
     "is_int",
     "validate_length_array",
@@ -140,19 +139,6 @@ def check_tolerance(tolerance: Any) -> int:
     """Return the tie-bucket width `tolerance`, or raise `ConfigError` unless it is >= 1."""
     return _check_int(
         "tolerance", tolerance, 1, "a positive integer", "use 1 to shuffle exact ties only"
-    )
-
-
-def check_seed(seed: Any) -> int | None:
-    """Return `seed` (None = deterministic), or raise `ConfigError` unless it is an int >= 0."""
-    if seed is None:
-        return None
-    return _check_int(
-        "seed",
-        seed,
-        0,
-        "a non-negative integer or None",
-        "derive one with seed_from_components(epoch, ...)",
     )
 
 

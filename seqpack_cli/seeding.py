@@ -8,7 +8,8 @@ for strings) or on a numpy random stream.
 - `seed_from_components(*components)`: a 63-bit seed from any tuple of integers
   (epoch, rank, worker, dataset, ...).
 - `shuffle_bins(bin_indices, seed)`: a shuffled copy of a list.
-- `check_optional_seed(seed)`: a seed argument checked once (an int64, or None).
+- `check_seed(seed)`: the one rule for every seed argument and option (an int64; None where
+  optional), and `numpy_seed(seed)` for a numpy Generator.
 - `mix64(values)`: the splitmix64 finaliser on a uint64 array (shuffle keys, balanced steps).
 - `digest64(payload)` and `SPLITMIX64_MULTIPLIERS` / `SPLITMIX64_SHIFTS`: the hash and the mixer
   these are built from, shared with the seeded permutations of an epoch
@@ -26,7 +27,13 @@ import numpy as np
 
 from seqpack_cli.checks import check_int
 
-__all__ = ["seed_from_components", "shuffle_bins"]
+__all__ = [
+    "check_required_seed",
+    "check_seed",
+    "numpy_seed",
+    "seed_from_components",
+    "shuffle_bins",
+]
 
 T = TypeVar("T")
 
@@ -61,19 +68,33 @@ def digest64(payload: bytes) -> int:
     return int.from_bytes(digest, "little")
 
 
-def check_optional_seed(seed: Any, name: str = "seed") -> int | None:
-    """`seed` as a Python int (None stays None), or `ConfigError` unless it is an integer in the
-    signed 64-bit range (the range `seed_from_components` accepts)."""
-    if seed is None:
+def check_seed(seed: Any, name: str = "seed", *, optional: bool = True) -> int | None:
+    """`seed` as a Python int (None stays None where `optional`), or `ConfigError` unless it is
+    an integer in the signed 64-bit range (the range `seed_from_components` accepts). Every
+    seed of the package, argument or option, is checked here: one range, one message."""
+    if seed is None and optional:
         return None
     return check_int(
         name,
         seed,
         minimum=INT64_MIN,
         maximum=INT64_MAX,
-        expected="an integer in the signed 64-bit range, or None",
+        expected="an integer in the signed 64-bit range" + (", or None" if optional else ""),
         fix="derive one with seed_from_components(epoch, ...)",
     )
+
+
+def check_required_seed(seed: Any, name: str = "seed") -> int:
+    """`check_seed` for a seed that may not be None."""
+    checked = check_seed(seed, name, optional=False)
+    assert checked is not None  # optional=False never returns None
+    return checked
+
+
+def numpy_seed(seed: int) -> int:
+    """A checked seed as `np.random.default_rng` takes it (a non-negative int): the int64's
+    unsigned 64-bit value, so every seed >= 0 is itself."""
+    return seed & 0xFFFF_FFFF_FFFF_FFFF
 
 
 def seed_from_components(*components: int) -> int:
@@ -125,7 +146,7 @@ def shuffle_bins(bin_indices: Sequence[T], seed: int | None = None) -> list[T]:
     never changes with the numpy version.
     """
     items = list(bin_indices)
-    key = check_optional_seed(seed)
+    key = check_seed(seed)
     if key is None or len(items) < 2:
         return items
     salt = np.uint64(seed_from_components(_SHUFFLE_TAG, key))

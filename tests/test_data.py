@@ -305,8 +305,9 @@ def test_bad_options_are_config_errors(corpus: Any) -> None:
     # A path is loaded (load_prepared), so a missing one says so.
     with pytest.raises(PreparedFormatError, match="prepared directory prepared does not exist"):
         PackedDataset("prepared/", tokens, max_seq_len=MAX_SEQ_LEN, pad_token_id=PAD, seed=1)
-    with pytest.raises(ConfigError, match="seed is -1; expected a non-negative integer"):
-        _iterable(corpus, seed=-1)
+    # One seed rule (seqpack_cli.seeding.check_seed): the signed 64-bit range, as EpochPlan.
+    with pytest.raises(ConfigError, match="seed is 9223372036854775808; expected an integer in"):
+        _iterable(corpus, seed=2**63)
     with pytest.raises(ConfigError, match=r"rank is 2; expected .* \(world_size is 2\)"):
         _iterable(corpus, rank=2, world_size=2)
     with pytest.raises(

@@ -163,7 +163,7 @@ def test_prepared_mode_uses_the_directory_cap(tmp_path: Path, data_dir: Path) ->
         ({"inputs": ["PREP"], "max_seq_lens": [64], "max_seqs_per_bin": 0}, "max_seqs_per_bin"),
         ({"inputs": ["PREP"], "top": -1}, "top is -1; expected a non-negative integer"),
         ({"inputs": ["PREP"], "sample_size": 0}, "sample_size is 0; expected a positive integer"),
-        ({"inputs": ["PREP"], "seed": True}, "seed is the bool True; expected a non-negative"),
+        ({"inputs": ["PREP"], "seed": True}, "seed is the bool True; expected an integer in"),
     ],
 )
 def test_bad_combinations_are_config_errors(

@@ -206,7 +206,7 @@ def test_bad_lengths_in_helpers(bad) -> None:
         ({"max_seq_len": 0}, "max_seq_len"),
         ({"max_seq_len": 8.5}, "max_seq_len"),
         ({"tolerance": 0}, "tolerance"),
-        ({"seed": -1}, "seed"),
+        ({"seed": 2**63}, "seed"),  # the signed 64-bit range, as every seed
         ({"seed": 1.5}, "seed"),
         ({"max_seqs_per_bin": 0}, "max_seqs_per_bin"),
     ],

@@ -238,7 +238,6 @@ def stats(
         int,
         typer.Option(
             "--seed",
-            min=0,
             help="Seed of the sequential baseline's sample, and of the training run whose plan "
             "--world-size weighs (its epoch 0, as PackedDataset(seed=...) plans it).",
         ),

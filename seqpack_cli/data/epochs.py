@@ -22,7 +22,7 @@ from seqpack_cli.epoch.cursor import EpochCursor
 from seqpack_cli.epoch.dealing import DEFAULT_BALANCE_WINDOW
 from seqpack_cli.epoch.plan import EpochPlan
 from seqpack_cli.errors import ConfigError, PreparedFormatError
-from seqpack_cli.seeding import seed_from_components
+from seqpack_cli.seeding import check_required_seed, seed_from_components
 
 __all__ = [
     "PackedEpochs",
@@ -169,7 +169,7 @@ class PackedEpochs:
                     "max_seq_len=... (the length the templates were packed for)"
                 )
             max_seq_len = prepared_max_seq_len
-        self.seed = check_int("seed", seed, minimum=0)
+        self.seed = check_required_seed(seed)
         self.rank, self.world_size, self.drop_last = rank, world_size, bool(drop_last)
         self.collator = PackedCollator(
             token_source,

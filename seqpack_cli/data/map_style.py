@@ -46,7 +46,7 @@ class PackedDataset(PackedEpochs, Dataset):
         truncate: keep the first max_seq_len tokens of longer sequences (`PackedCollator`);
             None (the default) does so exactly when the source was prepared with
             `--over-cap truncate`.
-        seed: the run's seed (an integer >= 0); epoch e uses `seed_from_components(seed, e)`.
+        seed: the run's seed (any int64); epoch e uses `seed_from_components(seed, e)`.
         epoch: the initial epoch.
         verify: check every file's sha256 first (`load_prepared(..., verify=True)`: reads
             every byte, ~0.3 s per GB here); every load already checks sizes, structure and

@@ -28,7 +28,7 @@ from seqpack_cli.epoch.feistel import (
 )
 from seqpack_cli.epoch.scratch import Scratch
 from seqpack_cli.errors import ConfigError
-from seqpack_cli.seeding import INT64_MAX, INT64_MIN
+from seqpack_cli.seeding import INT64_MAX, check_required_seed
 
 __all__ = ["FeistelFamily", "FeistelPermutation"]
 
@@ -58,14 +58,7 @@ class FeistelPermutation:
             expected="an integer from 0 to 2**63 - 1",
             fix="pass the number of elements to permute",
         )
-        self.seed = check_int(
-            "seed",
-            seed,
-            minimum=INT64_MIN,
-            maximum=INT64_MAX,
-            expected="an integer in the signed 64-bit range (a FeistelPermutation needs a seed)",
-            fix="derive one with seed_from_components(...); reduce a larger one modulo 2**63",
-        )
+        self.seed = check_required_seed(seed)
         width = word_width(self.n)
         self._left_bits = width // 2
         self._right_bits = width - self._left_bits

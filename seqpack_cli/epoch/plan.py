@@ -54,7 +54,7 @@ from seqpack_cli.epoch.scratch import Scratch
 from seqpack_cli.epoch.tables import TemplateTables, ids_needed
 from seqpack_cli.epoch.tuning import EpochTuning
 from seqpack_cli.errors import ConfigError
-from seqpack_cli.seeding import check_optional_seed, seed_from_components
+from seqpack_cli.seeding import check_seed, seed_from_components
 from seqpack_cli.templates import Template, canonical_templates
 
 __all__ = [
@@ -139,7 +139,7 @@ class EpochPlan:
         balance_window: int = DEFAULT_BALANCE_WINDOW,
         cursor: EpochCursor | Mapping[str, Any] | None = None,
     ) -> None:
-        self.seed = check_optional_seed(seed)
+        self.seed = check_seed(seed)
         self.rank, self.world_size = _rank_options(rank, world_size)
         self.drop_last = bool(drop_last)
         self.tuning = _check_tuning(tuning)

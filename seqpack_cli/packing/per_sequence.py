@@ -20,11 +20,11 @@ import numpy as np
 from seqpack_cli.checks import (
     check_max_seq_len,
     check_max_seqs_per_bin,
-    check_seed,
     check_tolerance,
     validate_length_array,
 )
 from seqpack_cli.packing.histogram import BinTemplate, pack_length_histogram_batched
+from seqpack_cli.seeding import check_seed, numpy_seed
 
 __all__ = [
     "greedy_pack_sequences",
@@ -64,7 +64,7 @@ def sort_indices_by_length(
         return np.zeros(0, dtype=np.int64)
     if seed is None:
         return _stable_argsort(lengths.max() - lengths)
-    permutation = np.random.default_rng(seed).permutation(lengths.size)
+    permutation = np.random.default_rng(numpy_seed(seed)).permutation(lengths.size)
     buckets = lengths[permutation] // tolerance
     return permutation[_stable_argsort(buckets.max() - buckets)]
 
@@ -180,7 +180,7 @@ def _deal_ids(
     if seed is None:
         ids = _stable_argsort(lengths)
     else:
-        permutation = np.random.default_rng(seed).permutation(lengths.size)
+        permutation = np.random.default_rng(numpy_seed(seed)).permutation(lengths.size)
         ids = permutation[_stable_argsort(lengths[permutation])]
     slots = np.empty(num_slots, dtype=np.int64)
     slots[_stable_argsort(slot_lengths)] = ids

@@ -39,6 +39,7 @@ from seqpack_cli.checks import (
 from seqpack_cli.errors import option
 from seqpack_cli.packing.bounds import lower_bounds_of_lengths
 from seqpack_cli.packing.efficiency import fill_figures
+from seqpack_cli.seeding import check_required_seed, numpy_seed
 from seqpack_cli.stats.distribution import histogram_arrays
 
 __all__ = [
@@ -112,11 +113,8 @@ def check_sample_size(sample_size: Any) -> int:
 
 
 def check_sample_seed(seed: Any) -> int:
-    """Return the sample's `seed` as an int, or raise `ConfigError` unless it is >= 0."""
-    name = option("seed")
-    return check_int(
-        name, seed, minimum=0, expected="a non-negative integer", fix=f"pass {name} 0 or more"
-    )
+    """The sample's `seed` (the option `--seed`), checked by the one seed rule."""
+    return check_required_seed(seed, option("seed"))
 
 
 def sequential_description(
@@ -230,7 +228,7 @@ def _shuffled_sample(
 
     A uniformly random window of a shuffled dataset has exactly this distribution.
     """
-    rng = np.random.default_rng(seed)
+    rng = np.random.default_rng(numpy_seed(seed))
     total = int(counts.sum())
     if total <= sample_size:
         drawn = counts

@@ -30,7 +30,7 @@ from seqpack_cli.epoch.tables import ids_needed
 from seqpack_cli.epoch.tuning import EpochTuning
 from seqpack_cli.errors import ConfigError, option
 from seqpack_cli.progress import ProgressCallback
-from seqpack_cli.seeding import seed_from_components
+from seqpack_cli.seeding import check_required_seed, seed_from_components
 from seqpack_cli.templates import canonical_templates
 
 __all__ = [
@@ -84,7 +84,7 @@ class RankBalanceOptions:
             fix=f"pass the steps per balancing window (default {DEFAULT_BALANCE_WINDOW})",
         )
         object.__setattr__(self, "balance_window", window)
-        seed = check_int(option("seed"), self.seed, minimum=0, fix="pass a seed of 0 or more")
+        seed = check_required_seed(self.seed, option("seed"))
         object.__setattr__(self, "seed", seed)
 
     @property
