@@ -11,7 +11,8 @@ tokens per row on average) is generated once into a cache folder, in row groups.
   (ru_maxrss from wait4), and the job's phases (its LOGLEVEL=INFO lines); with --two-passes,
   the same for the two-pass path (DuckDB's histogram and pools passes, then the store), which
   prepare takes without a token store;
-- rows per second of `PackedDataset(prepared, pad_token_id=0, seed=0, format=...)` over the
+- rows per second of `PackedDataset(prepared, seed=0,
+  collate=CollateOptions(pad_token_id=0, format=...))` over the
   store (8192-token rows, one row per item, one core; each format its own rows, read twice:
   as the page cache has them, then again from memory), and the growth of the process's RSS
   over the reads, anonymous memory only (the store is memory-mapped: its pages are the page
@@ -121,9 +122,12 @@ def rows_per_second(
     growth of anonymous RSS over both): the first read finds the store's pages wherever the page
     cache has them (a just-written store: in memory; a cold one: on disk), the second in memory."""
     from seqpack_cli import load_prepared
+    from seqpack_cli.collate import CollateOptions
     from seqpack_cli.data import PackedDataset
 
-    dataset = PackedDataset(load_prepared(prepared_dir), pad_token_id=0, seed=0, format=fmt)
+    dataset = PackedDataset(
+        load_prepared(prepared_dir), collate=CollateOptions(pad_token_id=0, format=fmt), seed=0
+    )
     first = min(first, max(0, len(dataset) - num_rows))
     rows = range(first, min(first + num_rows, len(dataset)))
     for k in range(min(200, len(dataset))):  # warm-up: imports, allocator

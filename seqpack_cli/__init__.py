@@ -54,6 +54,7 @@ _EXPORTS: dict[str, str] = {
     "build_flex_block_mask": "masking",
     "pack_one_bin": "collate",
     "PackedCollator": "collate",
+    "CollateOptions": "collate",
     "FlatTokenSource": "collate",
     "PackedDataset": "data",
     "PackedIterableDataset": "data",

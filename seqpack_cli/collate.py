@@ -22,6 +22,7 @@ what `transformers.DataCollatorWithFlattening` does (`[-100] + labels[1:]` per s
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import logging
 from collections.abc import Sequence
@@ -38,6 +39,7 @@ from seqpack_cli.token_sources import FlatTokenSource, fetch, shown
 
 __all__ = [
     "FORMATS",
+    "CollateOptions",
     "FlatTokenSource",
     "PackedCollator",
     "check_pad_to",
@@ -239,6 +241,30 @@ def pack_one_bin(
     return torch.from_numpy(tokens), torch.from_numpy(sequence_ids)
 
 
+@dataclass(frozen=True)
+class CollateOptions:
+    """How a batch is laid out: `PackedCollator`'s options, given once, e.g.
+    `PackedDataset(path, seed=0, collate=CollateOptions(pad_token_id=0, format="hf"))`.
+
+    Every field is the `PackedCollator` keyword of that name (see its docstring); the datasets
+    take one `CollateOptions` as `collate=` and bind it to their token source and `max_seq_len`
+    (`PackedCollator.from_options`). `truncate=None` keeps the prepared directory's policy (the
+    collator truncates what `prepare --over-cap truncate` cut); a bool overrides it. The values
+    are checked when a collator is built from them.
+    """
+
+    pad_token_id: int
+    label_pad_id: int = -100
+    format: str = "padded"
+    return_loss_weights: bool = False
+    max_num_seqs: int | None = None
+    truncate: bool | None = None
+    pad_to: int | None = None
+    cp_size: int = 1
+    cp_rank: int = 0
+    length_multiple: int | None = None
+
+
 class PackedCollator:
     """Turns a batch of bins (lists of sequence ids) into model inputs.
 
@@ -368,6 +394,19 @@ class PackedCollator:
                 f"{option('loss_mask_source')} (its targets are the tokens, shifted by MaxText); "
                 "use format='padded', 'padding_free' or 'hf'"
             )
+        # As given (the checks below resolve some), so that `options` builds this collator again.
+        self._options = CollateOptions(
+            pad_token_id=pad_token_id,
+            label_pad_id=label_pad_id,
+            format=format,
+            return_loss_weights=return_loss_weights,
+            max_num_seqs=max_num_seqs,
+            truncate=truncate,
+            pad_to=pad_to,
+            cp_size=cp_size,
+            cp_rank=cp_rank,
+            length_multiple=length_multiple,
+        )
         self.token_source = token_source
         self.labels_source = labels_source
         self.loss_mask_source = loss_mask_source
@@ -388,6 +427,40 @@ class PackedCollator:
                 f"{self.length_multiple}: the row must split into whole chunks; pass a pad_to "
                 f"divisible by {self.length_multiple}"
             )
+
+    @classmethod
+    def from_options(
+        cls,
+        token_source: Any,
+        max_seq_len: int,
+        options: CollateOptions,
+        *,
+        labels_source: Any = None,
+        loss_mask_source: Any = None,
+        truncate: bool = False,
+    ) -> PackedCollator:
+        """The collator of `options` over these sources; `truncate` stands where
+        `options.truncate` is None (the policy the sources were prepared with)."""
+        if not isinstance(options, CollateOptions):
+            raise ConfigError(
+                f"collate is a {type(options).__name__}; expected a CollateOptions, e.g. "
+                "collate=CollateOptions(pad_token_id=0)"
+            )
+        fields = dataclasses.asdict(options)
+        if fields["truncate"] is None:
+            fields["truncate"] = truncate
+        return cls(
+            token_source,
+            max_seq_len,
+            labels_source=labels_source,
+            loss_mask_source=loss_mask_source,
+            **fields,
+        )
+
+    @property
+    def options(self) -> CollateOptions:
+        """This collator's options as given, as `CollateOptions` (`truncate` resolved)."""
+        return self._options
 
     def __repr__(self) -> str:
         labels = (

@@ -12,6 +12,7 @@ import pytest
 from seqpack_cli.packing import length_histogram_from_lengths, pack_length_histogram_batched
 
 torch = pytest.importorskip("torch")
+from seqpack_cli.collate import CollateOptions  # noqa: E402
 from seqpack_cli.data import PackedDataLoader, PackedIterableDataset  # noqa: E402
 
 MAX_SEQ_LEN, PAD = 64, 0
@@ -29,7 +30,9 @@ def corpus() -> tuple[list[np.ndarray], Any]:
 def _dataset(corpus: Any, rank: int, world_size: int, batch_size: int, **options: Any) -> Any:
     tokens, source = corpus
     return PackedIterableDataset(
-        source, tokens, max_seq_len=MAX_SEQ_LEN, pad_token_id=PAD, seed=3, rank=rank,
+        source, tokens, max_seq_len=MAX_SEQ_LEN,
+        collate=CollateOptions(pad_token_id=PAD),
+        seed=3, rank=rank,
         world_size=world_size, batch_size=batch_size, **options,
     )  # fmt: skip
 

@@ -11,7 +11,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from seqpack_cli.collate import FlatTokenSource, PackedCollator, pack_one_bin
+from seqpack_cli.collate import CollateOptions, FlatTokenSource, PackedCollator, pack_one_bin
 from seqpack_cli.errors import ConfigError, InputError
 from seqpack_cli.masking import (
     build_packing_attention_bias,
@@ -661,16 +661,25 @@ def test_the_datasets_pass_pad_to_through() -> None:
 
     templates = {(4, 3, 2, 1): 1, (6, 4): 1}  # two bins of 10 tokens of SOURCE, rows of 12
     pools = {n: np.array([i for i, s in enumerate(SOURCE) if len(s) == n]) for n in (1, 2, 3, 4, 6)}
-    common = {"pad_token_id": 0, "seed": 0, "max_seq_len": 12, "format": "hf"}
-    dataset = PackedDataset((templates, pools), SOURCE, pad_to=12, **common)  # type: ignore[arg-type]
+    common = {"seed": 0, "max_seq_len": 12}
+    hf = {"pad_token_id": 0, "format": "hf"}
+    dataset = PackedDataset(
+        (templates, pools), SOURCE, collate=CollateOptions(**hf, pad_to=12), **common
+    )
     assert [dataset[k]["input_ids"].shape for k in range(len(dataset))] == [(1, 12), (1, 12)]
     stream = PackedIterableDataset(
         (templates, pools),
         SOURCE,
-        pad_to=24,
+        collate=CollateOptions(**hf, pad_to=24),
         batch_size=2,
-        **common,  # type: ignore[arg-type]
+        **common,
     )
     assert [batch["input_ids"].shape for batch in stream] == [(1, 24)]
     with pytest.raises(ConfigError, match=r"pad_to=12 but a batch of batch_size=2 .*pad_to=24"):
-        PackedIterableDataset((templates, pools), SOURCE, pad_to=12, batch_size=2, **common)  # type: ignore[arg-type]
+        PackedIterableDataset(
+            (templates, pools),
+            SOURCE,
+            collate=CollateOptions(**hf, pad_to=12),
+            batch_size=2,
+            **common,
+        )

@@ -19,7 +19,10 @@ torch = pytest.importorskip("torch")
 from torch.utils.data import DataLoader  # noqa: E402
 
 import seqpack_cli.sharding as sharding_module  # noqa: E402
-from seqpack_cli.collate import PackedCollator  # noqa: E402
+from seqpack_cli.collate import (  # noqa: E402
+    CollateOptions,
+    PackedCollator,
+)
 from seqpack_cli.data import PackedDataset, PackedIterableDataset  # noqa: E402
 from seqpack_cli.epoch.dealing import DEFAULT_BALANCE_WINDOW  # noqa: E402
 from seqpack_cli.epoch.plan import EpochPlan  # noqa: E402
@@ -76,10 +79,9 @@ def test_map_item_is_the_collator_on_the_plan_bin(corpus: Any, format: str) -> N
         (templates, pools),
         tokens,
         max_seq_len=MAX_SEQ_LEN,
-        pad_token_id=PAD,
+        collate=CollateOptions(pad_token_id=PAD, format=format),
         seed=7,
         epoch=3,
-        format=format,
     )
     plan = _plan(corpus, epoch=3)
     collator = PackedCollator(tokens, MAX_SEQ_LEN, PAD, format=format)
@@ -92,7 +94,11 @@ def test_map_item_is_the_collator_on_the_plan_bin(corpus: Any, format: str) -> N
 def test_map_item_keeps_a_batch_of_one(corpus: Any) -> None:
     _, templates, pools, tokens = corpus
     ds = PackedDataset(
-        (templates, pools), tokens, max_seq_len=MAX_SEQ_LEN, pad_token_id=PAD, seed=1
+        (templates, pools),
+        tokens,
+        max_seq_len=MAX_SEQ_LEN,
+        collate=CollateOptions(pad_token_id=PAD),
+        seed=1,
     )
     row = ds[0]
     assert row["input_ids"].shape == (1, MAX_SEQ_LEN)
@@ -102,7 +108,11 @@ def test_map_item_keeps_a_batch_of_one(corpus: Any) -> None:
 def test_map_epoch_covers_every_sequence_once_and_epochs_differ(corpus: Any) -> None:
     lengths, templates, pools, tokens = corpus
     ds = PackedDataset(
-        (templates, pools), tokens, max_seq_len=MAX_SEQ_LEN, pad_token_id=PAD, seed=1
+        (templates, pools),
+        tokens,
+        max_seq_len=MAX_SEQ_LEN,
+        collate=CollateOptions(pad_token_id=PAD),
+        seed=1,
     )
     pairings = []
     for epoch in range(3):
@@ -116,7 +126,11 @@ def test_map_epoch_covers_every_sequence_once_and_epochs_differ(corpus: Any) -> 
 def test_map_dataset_through_a_dataloader(corpus: Any) -> None:
     _, templates, pools, tokens = corpus
     ds = PackedDataset(
-        (templates, pools), tokens, max_seq_len=MAX_SEQ_LEN, pad_token_id=PAD, seed=1
+        (templates, pools),
+        tokens,
+        max_seq_len=MAX_SEQ_LEN,
+        collate=CollateOptions(pad_token_id=PAD),
+        seed=1,
     )
     rows = list(DataLoader(ds, batch_size=None))
     assert len(rows) == len(ds)
@@ -127,7 +141,11 @@ def test_several_rows_per_step_batch_bins_from_the_plan(corpus: Any) -> None:
     # The documented recipe for B rows per step: the plan is a map-style dataset of bins.
     _, templates, pools, tokens = corpus
     ds = PackedDataset(
-        (templates, pools), tokens, max_seq_len=MAX_SEQ_LEN, pad_token_id=PAD, seed=1
+        (templates, pools),
+        tokens,
+        max_seq_len=MAX_SEQ_LEN,
+        collate=CollateOptions(pad_token_id=PAD),
+        seed=1,
     )
     batch = next(iter(DataLoader(ds.plan, batch_size=4, collate_fn=ds.collator)))
     assert batch["input_ids"].shape == (4, MAX_SEQ_LEN)
@@ -297,14 +315,28 @@ def test_state_errors(corpus: Any) -> None:
 def test_bad_options_are_config_errors(corpus: Any) -> None:
     _, templates, pools, tokens = corpus
     with pytest.raises(ConfigError, match="max_seq_len is not set"):
-        PackedDataset((templates, pools), tokens, pad_token_id=PAD, seed=1)
+        PackedDataset((templates, pools), tokens, collate=CollateOptions(pad_token_id=PAD), seed=1)
     with pytest.raises(ConfigError, match="templates hold bins of up to"):
-        PackedDataset((templates, pools), tokens, max_seq_len=8, pad_token_id=PAD, seed=1)
+        PackedDataset(
+            (templates, pools),
+            tokens,
+            max_seq_len=8,
+            collate=CollateOptions(pad_token_id=PAD),
+            seed=1,
+        )
     with pytest.raises(ConfigError, match="source is a dict"):
-        PackedDataset({}, tokens, max_seq_len=MAX_SEQ_LEN, pad_token_id=PAD, seed=1)
+        PackedDataset(
+            {}, tokens, max_seq_len=MAX_SEQ_LEN, collate=CollateOptions(pad_token_id=PAD), seed=1
+        )
     # A path is loaded (load_prepared), so a missing one says so.
     with pytest.raises(PreparedFormatError, match="prepared directory prepared does not exist"):
-        PackedDataset("prepared/", tokens, max_seq_len=MAX_SEQ_LEN, pad_token_id=PAD, seed=1)
+        PackedDataset(
+            "prepared/",
+            tokens,
+            max_seq_len=MAX_SEQ_LEN,
+            collate=CollateOptions(pad_token_id=PAD),
+            seed=1,
+        )
     # One seed rule (seqpack_cli.seeding.check_seed): the signed 64-bit range, as EpochPlan.
     with pytest.raises(ConfigError, match="seed is 9223372036854775808; expected an integer in"):
         _iterable(corpus, seed=2**63)
@@ -319,7 +351,7 @@ def test_bad_options_are_config_errors(corpus: Any) -> None:
 def test_prepared_like_source_gives_the_default_max_seq_len(corpus: Any) -> None:
     _, templates, pools, tokens = corpus
     prepared = SimpleNamespace(templates=templates, pools=pools, max_seq_len=MAX_SEQ_LEN)
-    ds = PackedIterableDataset(prepared, tokens, pad_token_id=PAD, seed=7)
+    ds = PackedIterableDataset(prepared, tokens, collate=CollateOptions(pad_token_id=PAD), seed=7)
     assert ds.max_seq_len == MAX_SEQ_LEN
     assert [_ids(row) for row in ds] == list(_plan(corpus))
 
@@ -350,11 +382,11 @@ def _write_prepared(corpus: Any, path: Any) -> Any:
 def test_prepared_directory_source(corpus: Any, tmp_path: Any) -> None:
     prepared = _write_prepared(corpus, tmp_path / "prepared")
     tokens = corpus[3]
-    ds = PackedDataset(prepared, tokens, pad_token_id=PAD, seed=7, epoch=1)
+    ds = PackedDataset(prepared, tokens, collate=CollateOptions(pad_token_id=PAD), seed=7, epoch=1)
     assert ds.max_seq_len == MAX_SEQ_LEN  # from the manifest
     assert [_ids(ds[k]) for k in range(len(ds))] == list(_plan(corpus, epoch=1))
     iterable = PackedIterableDataset(
-        prepared, tokens, pad_token_id=PAD, seed=7, rank=1, world_size=2
+        prepared, tokens, collate=CollateOptions(pad_token_id=PAD), seed=7, rank=1, world_size=2
     )
     assert [_ids(row) for row in iterable] == list(_plan(corpus, rank=1, world_size=2))
 
@@ -394,7 +426,9 @@ def test_end_to_end_from_a_parquet_file(tmp_path: Any) -> None:
             output=tmp_path / "prepared",
         )
     )
-    ds = PackedIterableDataset(prepared, token_lists, pad_token_id=0, seed=3)
+    ds = PackedIterableDataset(
+        prepared, token_lists, collate=CollateOptions(pad_token_id=0), seed=3
+    )
     sequences = []
     for row in ds:
         assert row["input_ids"].shape == (1, 64)

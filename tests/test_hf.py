@@ -19,7 +19,7 @@ from hf_models import tiny_causal_lm
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from seqpack_cli.collate import PackedCollator
+from seqpack_cli.collate import CollateOptions, PackedCollator
 from seqpack_cli.masking import build_packing_attention_bias
 
 torch = pytest.importorskip("torch")
@@ -348,8 +348,10 @@ def test_a_dataloader_with_batch_size_takes_hf_items_through_the_rows_collator()
     sequences = _sequences()
     templates = {(n,): 1 for n in LENGTHS}
     pools = {n: np.array([i]) for i, n in enumerate(LENGTHS)}
-    dataset = PackedDataset((templates, pools), sequences, pad_token_id=0, seed=0,
-                            max_seq_len=32, format="hf")  # fmt: skip
+    dataset = PackedDataset((templates, pools), sequences,
+    collate=CollateOptions(pad_token_id=0, format="hf"),
+    seed=0,
+                            max_seq_len=32)  # fmt: skip
     loader = DataLoader(dataset, batch_size=4, collate_fn=PackedRowsCollator(pad_to=4 * 32))
     batches = list(loader)
     assert [b["input_ids"].shape for b in batches] == [(1, 128), (1, 128)]

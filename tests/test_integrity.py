@@ -21,6 +21,7 @@ from token_datasets import store_config, write_token_files
 from typer.testing import CliRunner
 
 from seqpack_cli.cli.app import app
+from seqpack_cli.collate import CollateOptions
 from seqpack_cli.errors import PreparedFormatError
 from seqpack_cli.prepare import prepare_dataset
 from seqpack_cli.prepared import load_prepared, write_prepared
@@ -370,7 +371,7 @@ def test_spawned_workers_refuse_a_directory_replaced_since_it_was_opened(tmp_pat
     from seqpack_cli.data import PackedDataset
 
     path = _store(tmp_path, seed=0)
-    dataset = PackedDataset(load_prepared(path), pad_token_id=0, seed=1)
+    dataset = PackedDataset(load_prepared(path), collate=CollateOptions(pad_token_id=0), seed=1)
     first = dataset[0]["input_ids"]
     write_token_files(tmp_path / "b", _sequences(50, seed=2))
     prepare_dataset(store_config(tmp_path / "b", output=path, overwrite=True))

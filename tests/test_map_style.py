@@ -16,6 +16,7 @@ from hypothesis import strategies as st
 from seqpack_cli.packing import length_histogram_from_lengths, pack_length_histogram_batched
 
 torch = pytest.importorskip("torch")
+from seqpack_cli.collate import CollateOptions  # noqa: E402
 from seqpack_cli.data import PackedDataset, map_style  # noqa: E402
 
 
@@ -25,9 +26,13 @@ def _dataset(num: int = 600, seed: int = 0) -> tuple[PackedDataset, list[list[in
     counts, pools = length_histogram_from_lengths(lengths)
     templates = pack_length_histogram_batched(counts, 64)
     tokens = [rng.integers(1, 1000, n).tolist() for n in lengths]
-    return PackedDataset((templates, pools), tokens, pad_token_id=0, seed=seed, max_seq_len=64), (
-        tokens
-    )
+    return PackedDataset(
+        (templates, pools),
+        tokens,
+        collate=CollateOptions(pad_token_id=0),
+        seed=seed,
+        max_seq_len=64,
+    ), (tokens)
 
 
 reads = st.lists(

@@ -22,6 +22,7 @@ from seqpack_cli.packing import length_histogram_from_lengths, pack_length_histo
 torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
 hf = pytest.importorskip("seqpack_cli.hf")
+from seqpack_cli.collate import CollateOptions  # noqa: E402
 from seqpack_cli.data import PackedDataset, PackedIterableDataset  # noqa: E402
 
 NAME = hf.register_attention()
@@ -48,12 +49,11 @@ def _ranks(world_size: int, grad_accum: int, masked: bool, **options: Any) -> li
             tokens,
             loss_mask_source=masks if masked else None,
             max_seq_len=MAX_SEQ_LEN,
-            pad_token_id=PAD,
+            collate=CollateOptions(pad_token_id=PAD, format="hf"),
             seed=5,
             rank=rank,
             world_size=world_size,
             batch_size=2,
-            format="hf",
             grad_accum=grad_accum,
             return_num_items_in_batch=True,
             **options,
@@ -144,7 +144,8 @@ def test_num_items_is_the_brute_force_count_of_every_step(
     datasets = [
         PackedIterableDataset(
             source, tokens, loss_mask_source=masks if masked else None, max_seq_len=MAX_SEQ_LEN,
-            pad_token_id=PAD, seed=1, rank=r, world_size=world_size, batch_size=rows,
+            collate=CollateOptions(pad_token_id=PAD),
+            seed=1, rank=r, world_size=world_size, batch_size=rows,
             grad_accum=grad_accum, return_num_items_in_batch=True, balance=balance,
             cost_per_token=7.0,
         )
@@ -172,8 +173,9 @@ def test_labels_and_truncation_are_counted_as_the_collator_counts() -> None:
     histogram, pools = length_histogram_from_lengths(cut)
     templates = pack_length_histogram_batched(histogram, 16)
     ds = PackedDataset(
-        (templates, pools), tokens, labels_source=labels, max_seq_len=16, pad_token_id=PAD,
-        seed=2, truncate=True, batch_size=3, return_num_items_in_batch=True,
+        (templates, pools), tokens, labels_source=labels, max_seq_len=16,
+        collate=CollateOptions(pad_token_id=PAD, truncate=True),
+        seed=2, batch_size=3, return_num_items_in_batch=True,
     )  # fmt: skip
     for k in range(len(ds)):
         step = k // 3
@@ -211,7 +213,9 @@ def test_a_prepared_store_counts_from_its_stored_targets(
 
     monkeypatch.setattr(targets, "fetch", no_reading)  # counting from the store reads no mask
     datasets = [
-        PackedIterableDataset(prepared, pad_token_id=PAD, seed=4, rank=r, world_size=3,
+        PackedIterableDataset(prepared,
+        collate=CollateOptions(pad_token_id=PAD),
+        seed=4, rank=r, world_size=3,
                               batch_size=2, grad_accum=2, return_num_items_in_batch=True)
         for r in range(3)
     ]  # fmt: skip
@@ -230,7 +234,9 @@ def test_a_prepared_store_counts_from_its_stored_targets(
 def test_a_short_last_step_left_out_is_not_counted() -> None:
     tokens, _, source = _corpus(num=70, seed=8)
     ds = PackedIterableDataset(
-        source, tokens, max_seq_len=MAX_SEQ_LEN, pad_token_id=PAD, seed=1, batch_size=4,
+        source, tokens, max_seq_len=MAX_SEQ_LEN,
+        collate=CollateOptions(pad_token_id=PAD),
+        seed=1, batch_size=4,
         grad_accum=2, drop_remainder=True, return_num_items_in_batch=True,
     )  # fmt: skip
     assert len(ds.plan) % 4  # a short last step exists, and drop_remainder leaves it out
@@ -258,7 +264,9 @@ def test_a_length_multiple_counts_the_sequences_not_their_rounded_slots(
     prepare_dataset(store_config(tmp_path))
     prepared = load_prepared(tmp_path / "out").repack(over_cap="truncate", **repack)
     assert prepared.length_multiple == 4
-    ds = PackedIterableDataset(prepared, pad_token_id=PAD, seed=4, batch_size=2,
+    ds = PackedIterableDataset(prepared,
+    collate=CollateOptions(pad_token_id=PAD),
+    seed=4, batch_size=2,
                                return_num_items_in_batch=True)  # fmt: skip
     for step, item in enumerate(ds):
         expected = sum(int((ds.collator([b])["labels"] != -100).sum()) for b in ds.plan.step(step))

@@ -19,6 +19,7 @@ from hypothesis import strategies as st
 from typer.testing import CliRunner
 
 from seqpack_cli.cli.app import app
+from seqpack_cli.collate import CollateOptions
 from seqpack_cli.errors import ConfigError, InputError, PreparedFormatError
 from seqpack_cli.prepare import load_prepared, prepare_dataset
 from seqpack_cli.prepare.job import OVER_CAP, prepare_summary
@@ -388,7 +389,9 @@ def test_a_truncated_prepare_trains_on_each_sequences_first_tokens(tmp_path: Pat
     assert prepared.manifest["summary"]["num_truncated"] == int((lengths > 10).sum())
     flat = np.concatenate([np.array(s, dtype=np.int64) for s in sequences])
     tokens = FlatTokenSource(flat, np.concatenate([[0], np.cumsum(lengths)]))
-    dataset = PackedDataset(prepared, tokens, pad_token_id=-1, seed=0, format="padding_free")
+    dataset = PackedDataset(
+        prepared, tokens, collate=CollateOptions(pad_token_id=-1, format="padding_free"), seed=0
+    )
     seen = []
     for k in range(len(dataset)):
         row = dataset[k]["input_ids"][0].tolist()

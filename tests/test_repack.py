@@ -449,6 +449,7 @@ def test_the_iterable_dataset_over_a_repacked_prepared_gives_every_kept_id_once(
     prepared_path: Path, dataset: ParquetDataset, over_cap: str
 ) -> None:
     pytest.importorskip("torch")
+    from seqpack_cli.collate import CollateOptions
     from seqpack_cli.data import PackedIterableDataset
 
     max_seq_len = 128
@@ -457,7 +458,7 @@ def test_the_iterable_dataset_over_a_repacked_prepared_gives_every_kept_id_once(
     )
     source = pickle.loads(pickle.dumps(repacked))  # as a spawned worker receives it
     data = PackedIterableDataset(
-        source, _token_source(dataset), pad_token_id=0, seed=1, batch_size=4
+        source, _token_source(dataset), collate=CollateOptions(pad_token_id=0), seed=1, batch_size=4
     )
     tokens_of: dict[int, int] = Counter()
     for batch in data:

@@ -26,6 +26,7 @@ from seqpack_cli.prepare import PrepareConfig, load_prepared, prepare_dataset
 from seqpack_cli.prepared.store import piece_table
 
 torch = pytest.importorskip("torch")
+from seqpack_cli.collate import CollateOptions  # noqa: E402
 from seqpack_cli.data import PackedDataset  # noqa: E402
 
 
@@ -143,7 +144,9 @@ def test_the_dataset_trains_on_pieces_with_no_loss_across_them(tmp_path: Path) -
     _write(tmp_path, sequences)
     prepared = _split(tmp_path, 10)
     assert prepared.counts == {4: 1, 5: 1, 9: 1, 10: 2}
-    dataset = PackedDataset(prepared, pad_token_id=0, seed=0, format="padding_free")
+    dataset = PackedDataset(
+        prepared, collate=CollateOptions(pad_token_id=0, format="padding_free"), seed=0
+    )
     seen = []
     for k in range(len(dataset)):
         batch = dataset[k]

@@ -22,6 +22,7 @@ from conftest import write_parquet
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from seqpack_cli.collate import CollateOptions
 from seqpack_cli.errors import ConfigError, InputError
 from seqpack_cli.prepare import PrepareConfig, load_prepared, prepare_dataset, token_reading
 from seqpack_cli.prepare.token_files import check_token_source, write_token_source
@@ -317,7 +318,9 @@ def test_an_aligned_source_passes_and_collates_to_each_sequences_tokens(tmp_path
     )
     assert check_token_source(source, tmp_path / "prepared") == prepared.summary["num_sequences"]
     expected = _expected(paths)
-    dataset = PackedDataset(prepared, source, pad_token_id=0, seed=3, format="padding_free")
+    dataset = PackedDataset(
+        prepared, source, collate=CollateOptions(pad_token_id=0, format="padding_free"), seed=3
+    )
     seen = 0
     for k in range(len(dataset)):
         batch = dataset[k]

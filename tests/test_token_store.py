@@ -29,6 +29,7 @@ from seqpack_cli.errors import ConfigError, InputError, PreparedFormatError
 from seqpack_cli.prepare import load_prepared, prepare_dataset
 
 torch = pytest.importorskip("torch")
+from seqpack_cli.collate import CollateOptions  # noqa: E402
 from seqpack_cli.data import PackedDataset, PackedIterableDataset  # noqa: E402
 
 _write = write_token_files
@@ -131,16 +132,24 @@ def test_the_store_round_trips_through_the_datasets(tmp_path_factory, case) -> N
         memory["labels_source"] = dict(zip(seq_ids, _rows(root, "labels"), strict=True))
     if extra == "mask":
         memory["loss_mask_source"] = dict(zip(seq_ids, _rows(root, "mask"), strict=True))
-    from_store = PackedDataset(loaded, pad_token_id=0, seed=3)
-    positional = PackedDataset(loaded, loaded.tokens, pad_token_id=0, seed=3, **memory)
-    in_memory = PackedDataset(loaded, by_id, pad_token_id=0, seed=3, **memory)
+    from_store = PackedDataset(loaded, collate=CollateOptions(pad_token_id=0), seed=3)
+    positional = PackedDataset(
+        loaded, loaded.tokens, collate=CollateOptions(pad_token_id=0), seed=3, **memory
+    )
+    in_memory = PackedDataset(
+        loaded, by_id, collate=CollateOptions(pad_token_id=0), seed=3, **memory
+    )
     assert len(from_store) == len(in_memory) == loaded.summary["num_bins"]
     for k in range(len(from_store)):
         assert list(from_store.plan[k]) == list(in_memory.plan[k])
         assert same_batch(from_store[k], in_memory[k])
         assert same_batch(positional[k], in_memory[k])
-    iterable = PackedIterableDataset(loaded, pad_token_id=0, seed=3, batch_size=2)
-    reference = PackedIterableDataset(loaded, by_id, pad_token_id=0, seed=3, batch_size=2, **memory)
+    iterable = PackedIterableDataset(
+        loaded, collate=CollateOptions(pad_token_id=0), seed=3, batch_size=2
+    )
+    reference = PackedIterableDataset(
+        loaded, by_id, collate=CollateOptions(pad_token_id=0), seed=3, batch_size=2, **memory
+    )
     for a, b in zip(iterable, reference, strict=True):
         assert same_batch(a, b)
 
@@ -177,7 +186,9 @@ def test_without_tokens_column_nothing_changes(tmp_path: Path) -> None:
     ]
     assert "token_store" not in prepared.manifest
     with pytest.raises(ConfigError, match="no token store"):
-        PackedDataset(load_prepared(tmp_path / "out"), pad_token_id=0, seed=0)
+        PackedDataset(
+            load_prepared(tmp_path / "out"), collate=CollateOptions(pad_token_id=0), seed=0
+        )
 
 
 def test_an_old_manifest_without_a_store_loads(prepared_dir: Path) -> None:
@@ -190,7 +201,9 @@ def test_over_cap_truncate_keeps_the_longer_sequences(tmp_path: Path) -> None:
     _write(tmp_path, sequences)
     prepared = prepare_dataset(_config(tmp_path, max_seq_len=12, over_cap="truncate"))
     assert prepared.tokens[1].shape == (30,)
-    dataset = PackedDataset(prepared, pad_token_id=0, seed=0, format="padding_free")
+    dataset = PackedDataset(
+        prepared, collate=CollateOptions(pad_token_id=0, format="padding_free"), seed=0
+    )
     rows = {tuple(dataset.plan[k]): dataset[k] for k in range(len(dataset))}
     assert rows[(1,)]["input_ids"][0].tolist() == [2] * 12
 

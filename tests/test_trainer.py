@@ -20,6 +20,7 @@ transformers = pytest.importorskip("transformers")
 pytest.importorskip("accelerate")
 
 from seqpack_cli import length_histogram_from_lengths, pack_length_histogram_batched  # noqa: E402
+from seqpack_cli.collate import CollateOptions  # noqa: E402
 from seqpack_cli.data import PackedDataset  # noqa: E402
 from seqpack_cli.hf import register_attention  # noqa: E402
 from seqpack_cli.hf.collator import PackedRowsCollator  # noqa: E402
@@ -53,7 +54,11 @@ def test_trainer_steps_with_seqpack_varlen_over_two_epochs(tmp_path: Path) -> No
     counts, pools = length_histogram_from_lengths(lengths)
     templates = pack_length_histogram_batched(counts, max_seq_len=MAX_SEQ_LEN)
     dataset = PackedDataset(
-        (templates, pools), tokens, max_seq_len=MAX_SEQ_LEN, pad_token_id=0, seed=7, format="hf"
+        (templates, pools),
+        tokens,
+        max_seq_len=MAX_SEQ_LEN,
+        collate=CollateOptions(pad_token_id=0, format="hf"),
+        seed=7,
     )
     pairings = [{tuple(sorted(b)) for b in dataset.plan}]
     dataset.set_epoch(1)

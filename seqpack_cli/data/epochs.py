@@ -10,13 +10,15 @@ ever materialised).
 
 from __future__ import annotations
 
+import dataclasses
 import os
+import warnings
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 from seqpack_cli.checks import check_int
-from seqpack_cli.collate import PackedCollator
+from seqpack_cli.collate import CollateOptions, PackedCollator
 from seqpack_cli.data.targets import StepTargets
 from seqpack_cli.epoch.cursor import EpochCursor
 from seqpack_cli.epoch.dealing import DEFAULT_BALANCE_WINDOW
@@ -121,6 +123,38 @@ def _stored_counts(
     return None
 
 
+def collate_options(
+    owner: str, collate: CollateOptions | None, legacy: Mapping[str, Any]
+) -> CollateOptions:
+    """The datasets' `collate=`, or the `CollateOptions` of the collator keywords they took
+    before it (`legacy`: each warns once, as deprecated); a `ConfigError` for both or neither,
+    a `TypeError` for a keyword that is no collator option (as Python's own)."""
+    known = {field.name for field in dataclasses.fields(CollateOptions)}
+    unknown = sorted(set(legacy) - known)
+    if unknown:
+        raise TypeError(f"{owner}() got an unexpected keyword argument {unknown[0]!r}")
+    if collate is not None and legacy:
+        raise ConfigError(
+            f"{owner} got collate= and the collator option {sorted(legacy)[0]}=; pass every "
+            f"collator option inside collate=CollateOptions(...)"
+        )
+    for name, value in legacy.items():
+        warnings.warn(
+            f"{owner}({name}=...) is deprecated: pass collate=CollateOptions({name}={value!r}, "
+            "...) (seqpack_cli.CollateOptions holds every collator option)",
+            DeprecationWarning,
+            stacklevel=3,
+        )
+    if collate is not None:
+        return collate
+    if "pad_token_id" not in legacy:
+        raise ConfigError(
+            f"{owner} has no collator options; pass collate=CollateOptions(pad_token_id=...) "
+            "(the id that pads the rows, e.g. tokenizer.pad_token_id)"
+        )
+    return CollateOptions(**legacy)
+
+
 class PackedEpochs:
     """The base of both datasets: builds the collator and the current epoch's plan."""
 
@@ -129,31 +163,22 @@ class PackedEpochs:
         source: Any,
         token_source: Any,
         *,
+        collate: CollateOptions,
         max_seq_len: int | None,
-        pad_token_id: int,
         seed: int,
         epoch: int,
         rank: int,
         world_size: int,
         drop_last: bool,
-        label_pad_id: int,
-        format: str,
-        return_loss_weights: bool,
-        max_num_seqs: int | None,
         labels_source: Any = None,
         loss_mask_source: Any = None,
-        truncate: bool | None = None,
         verify: bool = False,
-        pad_to: int | None = None,
         rows_per_rank: int = 1,
         balance: str | None = None,
         cost_per_token: float | None = None,
         balance_window: int = DEFAULT_BALANCE_WINDOW,
         grad_accum: int = 1,
         return_num_items_in_batch: bool = False,
-        cp_size: int = 1,
-        cp_rank: int = 0,
-        length_multiple: int | None = None,
     ) -> None:
         source = resolve_source(source, verify)
         self._templates, self._pools, prepared_max_seq_len, self._prepared_path = split_source(
@@ -171,21 +196,13 @@ class PackedEpochs:
             max_seq_len = prepared_max_seq_len
         self.seed = check_required_seed(seed)
         self.rank, self.world_size, self.drop_last = rank, world_size, bool(drop_last)
-        self.collator = PackedCollator(
+        self.collator = PackedCollator.from_options(
             token_source,
             max_seq_len,
-            pad_token_id,
-            label_pad_id=label_pad_id,
-            format=format,
-            return_loss_weights=return_loss_weights,
-            max_num_seqs=max_num_seqs,
+            collate,
             labels_source=labels_source,
             loss_mask_source=loss_mask_source,
-            truncate=truncated_by_prepare(source) if truncate is None else truncate,
-            pad_to=pad_to,
-            cp_size=cp_size,
-            cp_rank=cp_rank,
-            length_multiple=length_multiple,
+            truncate=truncated_by_prepare(source),
         )
         self.max_seq_len = self.collator.max_seq_len
         self.rows_per_rank, self.balance = rows_per_rank, balance

@@ -11,7 +11,8 @@ import torch
 from torch.utils.data import IterableDataset
 
 from seqpack_cli.checks import check_int
-from seqpack_cli.data.epochs import PackedEpochs
+from seqpack_cli.collate import CollateOptions
+from seqpack_cli.data.epochs import PackedEpochs, collate_options
 from seqpack_cli.epoch.cursor import EpochCursor
 from seqpack_cli.epoch.dealing import DEFAULT_BALANCE_WINDOW
 from seqpack_cli.epoch.plan import EpochPlan
@@ -98,11 +99,10 @@ class PackedIterableDataset(PackedEpochs, IterableDataset):
       dataset cannot see: pass the rows taken in this pass, `ds.state_dict(num_bins_taken=n)`.
 
     Args:
-        source, token_source, max_seq_len, pad_token_id, seed, epoch, label_pad_id, format,
-            return_loss_weights, max_num_seqs, labels_source, loss_mask_source, truncate,
-            verify: as for `PackedDataset`.
-        pad_to: as for `PackedCollator`; at least `batch_size * max_seq_len`, which any item
-            fits (with format="hf", every item is then `[1, pad_to]`).
+        source, token_source, max_seq_len, seed, epoch, collate, labels_source,
+            loss_mask_source, verify: as for `PackedDataset`. `collate.pad_to` is at least
+            `batch_size * max_seq_len`, which any item fits (with format="hf", every item is
+            then `[1, pad_to]`).
         rank, world_size: this process's data-parallel rank and their number; default to
             `torch.distributed`'s when it is initialised (else 0 and 1).
         drop_last: drop the bins that do not divide evenly across ranks instead of wrapping.
@@ -114,9 +114,6 @@ class PackedIterableDataset(PackedEpochs, IterableDataset):
             (`EpochPlan`): None (the default) or "cost".
         grad_accum: micro-batches (items) per optimizer step, for `num_items_in_batch`.
         return_num_items_in_batch: add `num_items_in_batch` (a 0-d int64 tensor) to every item.
-        cp_size, cp_rank, length_multiple: context parallelism (format="thd"), as for
-            `PackedDataset`; `rank` and `world_size` stay the data-parallel ones (every
-            context-parallel rank of a data-parallel rank reads the same bins).
     """
 
     def __init__(
@@ -124,22 +121,16 @@ class PackedIterableDataset(PackedEpochs, IterableDataset):
         source: Any,
         token_source: Any = None,
         *,
-        pad_token_id: int,
         seed: int,
+        collate: CollateOptions | None = None,
         max_seq_len: int | None = None,
         rank: int | None = None,
         world_size: int | None = None,
         drop_last: bool = False,
         epoch: int = 0,
-        label_pad_id: int = -100,
-        format: str = "padded",
-        return_loss_weights: bool = False,
-        max_num_seqs: int | None = None,
         labels_source: Any = None,
         loss_mask_source: Any = None,
-        truncate: bool | None = None,
         verify: bool = False,
-        pad_to: int | None = None,
         batch_size: int = 1,
         drop_remainder: bool = False,
         balance: str | None = None,
@@ -147,9 +138,7 @@ class PackedIterableDataset(PackedEpochs, IterableDataset):
         balance_window: int = DEFAULT_BALANCE_WINDOW,
         grad_accum: int = 1,
         return_num_items_in_batch: bool = False,
-        cp_size: int = 1,
-        cp_rank: int = 0,
-        length_multiple: int | None = None,
+        **collator_options: Any,
     ) -> None:
         rank, world_size = rank_and_world_size(rank, world_size)
         self.batch_size = check_int(
@@ -162,32 +151,24 @@ class PackedIterableDataset(PackedEpochs, IterableDataset):
         super().__init__(
             source,
             token_source,
+            collate=collate_options("PackedIterableDataset", collate, collator_options),
             max_seq_len=max_seq_len,
-            pad_token_id=pad_token_id,
             seed=seed,
             epoch=epoch,
             rank=rank,
             world_size=world_size,
             drop_last=drop_last,
-            label_pad_id=label_pad_id,
-            format=format,
-            return_loss_weights=return_loss_weights,
-            max_num_seqs=max_num_seqs,
             labels_source=labels_source,
             loss_mask_source=loss_mask_source,
-            truncate=truncate,
             verify=verify,
-            pad_to=pad_to,
             rows_per_rank=self.batch_size,
             balance=balance,
             cost_per_token=cost_per_token,
             balance_window=balance_window,
             grad_accum=grad_accum,
             return_num_items_in_batch=return_num_items_in_batch,
-            cp_size=cp_size,
-            cp_rank=cp_rank,
-            length_multiple=length_multiple,
         )
+        pad_to = self.collator.pad_to
         if pad_to is not None and pad_to < self.batch_size * self.max_seq_len:
             raise ConfigError(
                 f"pad_to={pad_to} but a batch of batch_size={self.batch_size} rows may hold "

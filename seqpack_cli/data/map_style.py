@@ -9,7 +9,8 @@ import torch
 from torch.utils.data import Dataset
 
 from seqpack_cli.checks import check_int
-from seqpack_cli.data.epochs import PackedEpochs
+from seqpack_cli.collate import CollateOptions
+from seqpack_cli.data.epochs import PackedEpochs, collate_options
 from seqpack_cli.epoch.dealing import DEFAULT_BALANCE_WINDOW
 
 __all__ = ["PackedDataset"]
@@ -40,12 +41,16 @@ class PackedDataset(PackedEpochs, Dataset):
             the prepared directory's token store (`prepare --tokens-column`), with its labels or
             loss mask unless `labels_source` / `loss_mask_source` is given.
         max_seq_len: row length; defaults to the prepared directory's (required for a pair).
-        pad_token_id, label_pad_id, format, return_loss_weights, max_num_seqs, labels_source,
-            loss_mask_source, pad_to: as for `PackedCollator` (`pad_to=max_seq_len` makes every
-            "hf" item `[1, max_seq_len]`).
-        truncate: keep the first max_seq_len tokens of longer sequences (`PackedCollator`);
-            None (the default) does so exactly when the source was prepared with
-            `--over-cap truncate`.
+        collate: the collator's options, a `CollateOptions` (`pad_token_id`, `format`,
+            `label_pad_id`, `return_loss_weights`, `max_num_seqs`, `pad_to`, `truncate`,
+            `cp_size`, `cp_rank`, `length_multiple`: see `PackedCollator`). `truncate=None`
+            (the default) truncates exactly when the source was prepared with
+            `--over-cap truncate`; with format="thd" every context-parallel rank of a
+            data-parallel rank reads the same bins and gets its share of each, and
+            `num_items_in_batch` stays the step's targets over all ranks. The same options as
+            keywords of the dataset still work, each with a `DeprecationWarning`.
+        labels_source, loss_mask_source: per-token labels or a loss mask, as for
+            `PackedCollator`.
         seed: the run's seed (any int64); epoch e uses `seed_from_components(seed, e)`.
         epoch: the initial epoch.
         verify: check every file's sha256 first (`load_prepared(..., verify=True)`: reads
@@ -57,11 +62,6 @@ class PackedDataset(PackedEpochs, Dataset):
             of `batch_size` rows (`seqpack_cli.data.targets`).
         balance, cost_per_token, balance_window: as for `PackedIterableDataset` (one rank here:
             "cost" only groups rows of like attention cost into steps of `batch_size`).
-        cp_size, cp_rank, length_multiple: context parallelism (format="thd"), as for
-            `PackedCollator`: every context-parallel rank of a data-parallel rank reads the
-            same bins and gets its share of each. `num_items_in_batch` stays the step's
-            targets over all ranks: sum the token losses over the context-parallel ranks as
-            over the data-parallel ones.
     """
 
     def __init__(
@@ -69,28 +69,20 @@ class PackedDataset(PackedEpochs, Dataset):
         source: Any,
         token_source: Any = None,
         *,
-        pad_token_id: int,
         seed: int,
+        collate: CollateOptions | None = None,
         max_seq_len: int | None = None,
         epoch: int = 0,
-        label_pad_id: int = -100,
-        format: str = "padded",
-        return_loss_weights: bool = False,
-        max_num_seqs: int | None = None,
         labels_source: Any = None,
         loss_mask_source: Any = None,
-        truncate: bool | None = None,
         verify: bool = False,
-        pad_to: int | None = None,
         batch_size: int = 1,
         grad_accum: int = 1,
         return_num_items_in_batch: bool = False,
-        cp_size: int = 1,
-        cp_rank: int = 0,
-        length_multiple: int | None = None,
         balance: str | None = None,
         cost_per_token: float | None = None,
         balance_window: int = DEFAULT_BALANCE_WINDOW,
+        **collator_options: Any,
     ) -> None:
         batch_size = check_int(
             "batch_size",
@@ -101,31 +93,22 @@ class PackedDataset(PackedEpochs, Dataset):
         super().__init__(
             source,
             token_source,
+            collate=collate_options("PackedDataset", collate, collator_options),
             max_seq_len=max_seq_len,
-            pad_token_id=pad_token_id,
             seed=seed,
             epoch=epoch,
             rank=0,
             world_size=1,
             drop_last=False,
-            label_pad_id=label_pad_id,
-            format=format,
-            return_loss_weights=return_loss_weights,
-            max_num_seqs=max_num_seqs,
             labels_source=labels_source,
             loss_mask_source=loss_mask_source,
-            truncate=truncate,
             verify=verify,
-            pad_to=pad_to,
             rows_per_rank=batch_size,
             grad_accum=grad_accum,
             return_num_items_in_batch=return_num_items_in_batch,
             balance=balance,
             cost_per_token=cost_per_token,
             balance_window=balance_window,
-            cp_size=cp_size,
-            cp_rank=cp_rank,
-            length_multiple=length_multiple,
         )
         self.batch_size = batch_size
         # (plan, first bin, its bins, the last bin read, reads in order): see `_bin`.

@@ -67,7 +67,8 @@ class PackedRowsCollator:
     """B `PackedDataset(format="hf")` items -> one flattened `[1, total]` batch.
 
     ```
-    trainer = Trainer(model, args, train_dataset=PackedDataset(prepared, format="hf", ...),
+    dataset = PackedDataset(prepared, seed=0, collate=CollateOptions(pad_token_id=0, format="hf"))
+    trainer = Trainer(model, args, train_dataset=dataset,
                       data_collator=PackedRowsCollator(pad_to=B * max_seq_len))
     ```
     with `per_device_train_batch_size=B`: each step is B packed rows (B bins), flattened.
