@@ -165,3 +165,30 @@ def test_the_layer_check_catches_upward_and_sideways_imports() -> None:
         "seqpack_cli.epoch.plan -> seqpack_cli.prepared.reader",
         "seqpack_cli.packing.fit -> seqpack_cli.stats.sweep",
     ]
+
+
+def _from_imports(path: Path) -> list[tuple[int, str, str]]:
+    """(line, module, name) of every `from seqpack_cli... import name` in `path`."""
+    found = []
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"), str(path))):
+        if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("seqpack_cli"):
+            found.extend((node.lineno, node.module or "", alias.name) for alias in node.names)
+    return found
+
+
+def test_no_module_imports_another_modules_private_name() -> None:
+    # A `_name` is its module's own business: a name another module needs is public (and in
+    # its module's __all__), so renaming a private helper never breaks a distant caller.
+    offenders = [
+        f"{path.relative_to(PACKAGE.parent)}:{line}: from {module} import {name}"
+        for path in sorted(PACKAGE.rglob("*.py"))
+        for line, module, name in _from_imports(path)
+        if name.startswith("_") and not name.startswith("__")
+    ]
+    assert offenders == []
+
+
+def test_the_private_import_rule_catches_one(tmp_path: Path) -> None:
+    module = tmp_path / "example.py"
+    module.write_text("from seqpack_cli.prepare.token_store import _chunk, write_token_store\n")
+    assert [name for _, _, name in _from_imports(module) if name.startswith("_")] == ["_chunk"]

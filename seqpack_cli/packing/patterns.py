@@ -8,7 +8,7 @@ realistic length distributions it reaches the lower bound where BFD/FFD leave th
 of slack; `seqpack_cli.packing.histogram` runs it first.
 
 The steps: `_complement_patterns` builds the bins `(top, M - top)` known before the main loop;
-`_PatternPacker.run` takes the tops longest first, `_fill_bin` completes the bin of a top (with
+`PatternPacker.run` takes the tops longest first, `_fill_bin` completes the bin of a top (with
 `_closing`: one length, `_pair` or `_triple`), and `_repeat_bin` repeats it and updates the
 tables of available lengths.
 """
@@ -19,7 +19,7 @@ import numpy as np
 
 from seqpack_cli.packing.groups import Group
 
-__all__ = ["MAX_PATTERN_SEQ_LEN", "pattern_groups"]
+__all__ = ["MAX_PATTERN_SEQ_LEN", "PatternPacker", "pattern_groups"]
 
 MAX_PATTERN_SEQ_LEN = 1 << 20
 """Above this max_seq_len the heuristic is not run: its tables and bitsets are O(max_seq_len)."""
@@ -44,7 +44,7 @@ def pattern_groups(
     for length, count in items:
         counts[length] = count
     complements = _complement_patterns(items, counts, max_seq_len, max_slots)
-    return _PatternPacker(counts, max_seq_len, max_slots, tries).run(complements)
+    return PatternPacker(counts, max_seq_len, max_slots, tries).run(complements)
 
 
 def _complement_patterns(
@@ -56,7 +56,7 @@ def _complement_patterns(
     So when a top t > M/2 comes up, every earlier bin (t' > t) used lengths < M - t < t besides
     its top: the counts of t and M - t are untouched, and the main loop would build (t, M - t),
     the room closed by the one length equal to it, min(count t, count M - t) times. Those
-    patterns are known now for every such t; `_PatternPacker.run` merges them back in order of
+    patterns are known now for every such t; `PatternPacker.run` merges them back in order of
     their tops.
     """
     complements: list[Group] = []
@@ -74,7 +74,7 @@ def _complement_patterns(
     return complements
 
 
-class _PatternPacker:
+class PatternPacker:
     """The state of the main loop: the counts left, the bin being built, the available lengths.
 
     The lengths still available are kept three ways, each updated in O(1) when a length runs

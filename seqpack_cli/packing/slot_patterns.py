@@ -18,7 +18,7 @@ mean are left, hold its loss (the stats sweep repacks them: `seqpack_cli.packing
 from __future__ import annotations
 
 from seqpack_cli.packing.groups import Group
-from seqpack_cli.packing.patterns import _PatternPacker
+from seqpack_cli.packing.patterns import PatternPacker
 
 __all__ = ["slot_pattern_groups"]
 
@@ -33,8 +33,8 @@ def slot_pattern_groups(items: list[tuple[int, int]], max_seq_len: int, cap: int
     return _SlotPacker(counts, max_seq_len, cap).run([])
 
 
-class _SlotPacker(_PatternPacker):
-    """`_PatternPacker` whose bins aim at a number of sequences; it also tracks the sequences
+class _SlotPacker(PatternPacker):
+    """`PatternPacker` whose bins aim at a number of sequences; it also tracks the sequences
     and tokens left, which give that number."""
 
     __slots__ = ("num_sequences", "num_tokens")

@@ -33,6 +33,7 @@ __all__ = [
     "ValueRule",
     "choose_dtype",
     "choose_signed_dtype",
+    "inspect_token_input",
     "inspect_token_inputs",
     "npy_header",
     "stream_token_lists",
@@ -115,7 +116,11 @@ def _statistics(metadata: pq.FileMetaData, column: str) -> tuple[int, tuple[int,
     return num_values, (int(low), int(high))
 
 
-def _inspect(path: Path, column: str, id_column: str | None, rule: ValueRule) -> TokenInput:
+def inspect_token_input(
+    path: Path, column: str, id_column: str | None, rule: ValueRule
+) -> TokenInput:
+    """One parquet input's token column (and id column) checked against `rule`, from its footer:
+    the local engine's `inspect_token_inputs` and the Dask engine's footers read inputs alike."""
     try:
         with pq.ParquetFile(path) as parquet:
             schema, metadata = parquet.schema_arrow, parquet.metadata
@@ -159,7 +164,7 @@ def inspect_token_inputs(
 ) -> list[TokenInput]:
     """Every input's footer; `InputError` for a file that is not parquet, a missing column, a
     token column that is not lists of integers, an id column that is not integers, or no rows."""
-    files = [_inspect(path, column, id_column, rule) for path in paths]
+    files = [inspect_token_input(path, column, id_column, rule) for path in paths]
     if not sum(file.num_rows for file in files):
         raise InputError(
             f"the {len(files)} input file(s) hold no rows (e.g. {files[0].path}); point it at "

@@ -40,7 +40,13 @@ from seqpack_cli.token_sources import (
     FlatTokenSource,
 )
 
-__all__ = ["STORE_OPTIONS", "STORE_RULES", "write_token_store"]
+__all__ = [
+    "STORE_OPTIONS",
+    "STORE_RULES",
+    "check_pools",
+    "check_same_lengths",
+    "write_token_store",
+]
 
 logger = logging.getLogger(__name__)
 
@@ -69,7 +75,7 @@ STORE_OPTIONS = {
 """The option that names each role's column."""
 
 
-def _check_same_lengths(
+def check_same_lengths(
     root: Path, role: str, columns: Mapping[str, str], locate: Any, tokens_dir: Path
 ) -> None:
     """`InputError` naming the first row whose `role` list is not as long as its tokens."""
@@ -90,7 +96,7 @@ def _check_same_lengths(
             )
 
 
-def _check_pools(
+def check_pools(
     source: FlatTokenSource,
     pools: Mapping[int, Any],
     truncated_at: int | None,
@@ -159,7 +165,7 @@ def write_token_store(
             if id_column is not None:
                 write_id_index(root, id_column, locate)
         else:
-            _check_same_lengths(root, role, columns, locate, tokens_dir)
+            check_same_lengths(root, role, columns, locate, tokens_dir)
             if id_column is not None:
                 for name in (IDS_NAME, ROWS_NAME):
                     shutil.copyfile(tokens_dir / name, root / name)
@@ -179,5 +185,5 @@ def write_token_store(
             time.perf_counter() - started,
         )
     source = FlatTokenSource.open(tokens_dir)
-    _check_pools(source, pools, truncated_at, columns, length_column, locate)
+    check_pools(source, pools, truncated_at, columns, length_column, locate)
     return section, names

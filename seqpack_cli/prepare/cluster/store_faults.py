@@ -21,9 +21,7 @@ from seqpack_cli.prepare.cluster.fingerprints import Fingerprint
 from seqpack_cli.prepare.cluster.tasks import check_inputs, check_visible
 from seqpack_cli.prepare.token_files import write_id_index
 from seqpack_cli.prepare.token_reading import IDS_BY_ROW_NAME, TokenInput, stream_token_lists
-from seqpack_cli.prepare.token_store import STORE_RULES
-from seqpack_cli.prepare.token_store import _check_pools as check_pools
-from seqpack_cli.prepare.token_store import _check_same_lengths as check_same_lengths
+from seqpack_cli.prepare.token_store import STORE_RULES, check_pools, check_same_lengths
 from seqpack_cli.token_sources import OFFSETS_NAME
 
 __all__ = ["duplicate_error", "mismatch_error", "pool_error", "stream_error"]
@@ -70,7 +68,7 @@ def mismatch_error(
     lengths: tuple[int, int],
     locate: Callable[[int], str],
 ) -> InputError:
-    """`token_store._check_same_lengths`'s error for `row`, whose `role` list holds
+    """`token_store.check_same_lengths`'s error for `row`, whose `role` list holds
     `lengths[0]` values and its tokens `lengths[1]`."""
     with tempfile.TemporaryDirectory() as folder:
         ours, theirs = Path(folder) / "ours", Path(folder) / "theirs"
@@ -104,9 +102,9 @@ def pool_error(
     length_column: str,
     locate: Callable[[int], str],
 ) -> InputError:
-    """`token_store._check_pools`'s error for `fault` (pool length, id, row, stored length)."""
+    """`token_store.check_pools`'s error for `fault` (pool length, id, row, stored length)."""
     pool, seq_id, row, length = fault
-    source: Any = _OneRow(seq_id, length)  # all `_check_pools` asks of a FlatTokenSource
+    source: Any = _OneRow(seq_id, length)  # all `check_pools` asks of a FlatTokenSource
     pools = {pool: np.array([seq_id], dtype=np.int64)}
     try:
         check_pools(source, pools, truncated_at, columns, length_column, lambda _: locate(row))

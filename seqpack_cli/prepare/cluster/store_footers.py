@@ -28,7 +28,7 @@ from seqpack_cli.prepare.token_reading import (
     choose_dtype,
     choose_signed_dtype,
 )
-from seqpack_cli.prepare.token_reading import _inspect as inspect_one_input
+from seqpack_cli.prepare.token_reading import inspect_token_input as inspect_one_input
 from seqpack_cli.prepare.token_store import STORE_RULES
 
 __all__ = ["inspect_store_inputs", "store_dtype", "store_inputs"]

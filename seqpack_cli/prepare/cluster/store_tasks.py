@@ -236,7 +236,7 @@ class _Group:
                 k = int(bad[0])
                 self.result.mismatch = (first_row + k, int(theirs[k]), int(lengths[k]))
                 self._stop_writing()
-        self._check_pools(batch, lengths, ids, first_row)
+        self.check_pools(batch, lengths, ids, first_row)
         if ids is not None:
             rows = np.arange(first_row, first_row + lengths.size, dtype=np.int64)
             self.id_parts.append(np.stack([ids, rows]))
@@ -249,10 +249,10 @@ class _Group:
         for role, array in values.items():
             read[role] += int(array.size)
 
-    def _check_pools(
+    def check_pools(
         self, batch: pa.RecordBatch, lengths: np.ndarray, ids: np.ndarray | None, first_row: int
     ) -> None:
-        """The first pooled row whose pool is not its stored length (`token_store._check_pools`)."""
+        """The first pooled row whose pool is not its stored length (`token_store.check_pools`)."""
         job = self.job
         if job.length_column is None:
             return
