@@ -192,3 +192,43 @@ def test_the_private_import_rule_catches_one(tmp_path: Path) -> None:
     module = tmp_path / "example.py"
     module.write_text("from seqpack_cli.prepare.token_store import _chunk, write_token_store\n")
     assert [name for _, _, name in _from_imports(module) if name.startswith("_")] == ["_chunk"]
+
+
+def _module_maps() -> list[tuple[Path, str, list[str]]]:
+    """(subpackage, its __init__ docstring, its modules and subpackages) for every subpackage."""
+    maps = []
+    for init in sorted(PACKAGE.rglob("__init__.py")):
+        folder = init.parent
+        if folder == PACKAGE:
+            continue
+        doc = ast.get_docstring(ast.parse(init.read_text(encoding="utf-8"))) or ""
+        modules = [p.stem for p in folder.glob("*.py") if p.stem != "__init__"]
+        modules += [p.name for p in folder.iterdir() if (p / "__init__.py").exists()]
+        maps.append((folder, doc, sorted(modules)))
+    return maps
+
+
+def test_every_subpackage_docstring_maps_every_module_it_holds() -> None:
+    # One module map per subpackage, in its docstring: a newcomer reads it before the files.
+    unmapped = [
+        f"{folder.relative_to(PACKAGE.parent)}/{module}"
+        for folder, doc, modules in _module_maps()
+        for module in modules
+        if f"`{module}`" not in doc
+    ]
+    assert unmapped == []
+
+
+def test_a_module_map_names_no_module_that_is_gone() -> None:
+    # A bullet that opens with a module's name ("- `name`:", "- `a`, `b`:") names a module here.
+    import re
+
+    stale = [
+        f"{folder.relative_to(PACKAGE.parent)}: `{name}`"
+        for folder, doc, modules in _module_maps()
+        for line in doc.splitlines()
+        for names in re.findall(r"^- ((?:`\w+`(?:, )?)+):", line)
+        for name in re.findall(r"`(\w+)`", names)
+        if name not in modules
+    ]
+    assert stale == []

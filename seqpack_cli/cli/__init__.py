@@ -2,7 +2,8 @@
 
 - `app`: the Typer app, error and signal handling, logging;
 - `options`: option declarations shared by the commands;
-- `prepare`, `stats`: one module per command.
+- `prepare`, `stats`: one module per command;
+- `usage`: how `seqpack` shows its own usage (help pages, usage errors).
 """
 
 from __future__ import annotations

@@ -13,6 +13,7 @@ Modules, from the public surface down:
   slot (`TemplateTables`, with its bucket table).
 - `pools`: the id pools, checked against the templates and read through their permutations
   (`IdPools`), the smallest merged into one array.
+- `concat_pools`: `ConcatPool`, a slot length's exact-length pools under a length multiple.
 - `permutations`: `FeistelPermutation` and `FeistelFamily`, stateless seeded permutations.
 - `feistel`: the Feistel network and cycle walking, vectorised over numpy words.
 - `scratch`: `Scratch`, the work arrays reused from batch to batch.

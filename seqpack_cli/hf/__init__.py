@@ -10,6 +10,9 @@
 - `cost_per_token(config)` (`cost`): c of a bin's cost `c*l + l**2` for
   `EpochPlan(balance="cost")`, the linear layers' FLOPs per token over attention's per token pair,
   from a transformers config (12 * hidden_size for a standard transformer).
+- `PackedRowsCollator` (`collator`): the `data_collator` that lets `Trainer` (or a
+  `DataLoader` with `batch_size=B`) take items of format "hf";
+- `names`: the names seqpack registers with transformers (readable without torch).
 
 Importing this package needs neither torch nor transformers; `register_attention()` imports
 them and, without them, raises `MissingDependencyError` naming the extra to install.

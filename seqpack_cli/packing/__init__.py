@@ -10,7 +10,11 @@
 - `lp` (`lp_lower_bound`), `column_generation`, `pricing`, `lp_rounding`: the LP relaxation
   (Gilmore and Gomory, by column generation) the engine packs from where the greedy engine misses
   the cheap bound by more than 0.01%, and the LP lower bound;
-- `bounds`: the cheap lower bounds, computed in one place;
+- `coarsening`: the LP's coarser levels (lengths rounded up in groups);
+  `bin_exchange`: exchanges between groups of bins that gather a capped packing's slack;
+  `slot_patterns`: the pattern heuristic for capped histograms;
+- `bounds`: the cheap lower bounds, computed in one place; `dff`: bounds from dual-feasible
+  functions;
 - `packed`: `PackedTemplates`, the engine's result: its templates and the bound it proved (the LP
   bound where it solved the LP), which every report of that packing shows;
 - `efficiency`: `PackingStats`, the summary of a packing (re-exported by `seqpack_cli.stats`);

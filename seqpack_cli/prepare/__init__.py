@@ -1,7 +1,20 @@
 """The batch job behind `seqpack prepare`: parquet files -> a `prepared/` directory.
 
-- `job`: `PrepareConfig` (every option, validated) and `prepare_dataset` (footers, length
-  histogram, packing, the pools pass, the atomic write);
+- `job`: `prepare_dataset` (footers, length histogram, packing, the pools pass, the atomic
+  write); `config`: `PrepareConfig`, every option validated once;
+- `engines`: where the passes run (`local` in this process, or `dask`: the `cluster` subpackage);
+- `inputs`: files, globs and directories -> a sorted list of parquet files; `footers`: their
+  footers read and checked before DuckDB reads a row; `db`: DuckDB connections, the SQL of
+  `sql/`, DuckDB's errors worded;
+- `scan`: the first pass, the length histogram; `pools` (subpackage): the second pass, the
+  `pools/{length}.npy` files;
+- the token store (`--tokens-column`): `one_pass` reads the token column once
+  (`token_stream` decodes it in threads, `ordered` hands the work units over in order) and
+  `streamed_store` writes the store as it streams, through `hashed_files` (written and hashed
+  front to back); `token_store` is the store of the two-pass job; `num_targets`: the
+  `num_targets.npy` post-pass of every store;
+- `token_files`: `write_token_source`, a token source kept beside a prepared directory, read by
+  `token_reading` in bounded memory;
 - `__main__`: `python -m seqpack_cli.prepare --input ...`, the reference's spelling of the command.
 
 `load_prepared` is re-exported here under the reference's path (`seqpack_cli.prepare`).

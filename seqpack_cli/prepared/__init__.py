@@ -10,7 +10,15 @@
 - `siblings`: the hidden temporary siblings' names, renameat2, `recover_siblings` after killed runs;
 - `reader`: `load_prepared` and `PoolMap` (memory-mapped pools, checks, `verify=True` hashes);
 - `schema`: what manifest.json must hold (`check_manifest`), one schema checked in one place;
-- `consistency`: counts.json and templates.json agree with each other and the manifest.
+- `consistency`: counts.json and templates.json agree with each other and the manifest;
+- `strict_json`: the strict JSON every file of the directory is read with;
+- `integrity`: the manifest's own digest and the token store's edge digests;
+- `snapshot`: one consistent copy read through a descriptor of the directory itself;
+- `mounts`: other filesystems mounted inside an output, found up front and never entered;
+- `store`: the token store opened (`tokens/`, `labels/`, `loss_mask/`);
+- `alignment`: whether a token source matches the directory's pools (`check_pool_lengths`);
+- `repack`: `Prepared.repack`, the directory re-targeted at load time; `multiples`: templates
+  packed on lengths rounded up to a multiple; `slot_pools`: `SlotPools`, the pools keyed by slot.
 
 Part of the training-time runtime: imports neither duckdb nor rich.
 """

@@ -14,6 +14,11 @@ path; the driver reads only the small results of the tasks, never a row.
 - `client`: connecting to a scheduler or starting a local cluster, and Dask's errors worded;
 - `task_runner`: a run's tasks submitted under keys of their own, gathered with progress;
 - `driver`: `ClusterEngine`, the phases submitted, gathered and checked as the local job does;
+- `handshake`: `check_scheduler`, that `--scheduler` names a Dask scheduler, in a bounded wait;
+- `fingerprints`: what the driver saw of each input, checked by every task before it reads;
+- `group_sort`: a file group's ids ordered in memory (groups that fit `ClusterTuning.memory_ids`);
+- `--over-cap split`: `split_tasks` (the checked store's rows cut into pieces), `split_driver`
+  (the phases);
 - the token store (`--tokens-column`): `store_footers` (footers, dtypes), `store_tasks` (a file
   group streamed into place), `store_index` (the id index, the hashes), `store_faults` (faults
   worded by the local store's code), `store_driver` (the phases).
