@@ -116,7 +116,7 @@ def test_the_graph_sees_imports_inside_functions() -> None:
 
 # The layers, lowest first: a module may import from its own unit (module or subpackage) or from
 # a lower layer, never from its own layer's other units or from above. Entry points (`__main__`)
-# sit above everything. README's "Where things are" lists the same order.
+# sit above everything. docs/contributing.md's "Where things are" lists the same order.
 LAYERS: list[set[str]] = [
     {"errors"},
     {"checks", "target_counts"},
