@@ -7,7 +7,10 @@ up exactly: `num_input_tokens` = `num_tokens` + `num_tokens_dropped` + `num_toke
 
 from __future__ import annotations
 
+import dataclasses
 import json
+import re
+from collections import Counter
 from pathlib import Path
 
 import numpy as np
@@ -21,6 +24,7 @@ from typer.testing import CliRunner
 from seqpack_cli.cli.app import app
 from seqpack_cli.collate import CollateOptions
 from seqpack_cli.errors import ConfigError, InputError, PreparedFormatError
+from seqpack_cli.over_cap import OverCap
 from seqpack_cli.prepare import load_prepared, prepare_dataset
 from seqpack_cli.prepare.job import OVER_CAP, prepare_summary
 from seqpack_cli.prepare.pools.tuning import PoolTuning
@@ -402,3 +406,112 @@ def test_a_truncated_prepare_trains_on_each_sequences_first_tokens(tmp_path: Pat
         seen += bins
     assert sorted(seen) == list(range(len(sequences))), "every sequence once"
     assert data.exists()
+
+
+# ---- OverCap: the one rule every path asks ----------------------------------------------------
+
+_POLICY_HISTOGRAMS = st.dictionaries(st.integers(1, 60), st.integers(1, 9), min_size=1, max_size=12)
+
+
+@given(_POLICY_HISTOGRAMS, st.integers(1, 30), st.sampled_from(["drop", "truncate", "split"]))
+def test_over_cap_kept_histogram_conserves_sequences_and_tokens(histogram, cap, policy) -> None:
+    rule = OverCap(policy, cap)
+    kept = rule.kept_histogram(histogram)
+    summary = rule.summary(histogram)
+    num_input = sum(histogram.values())
+    assert all(length <= cap for length in kept), "no kept length is over max_seq_len"
+    assert list(kept) == sorted(kept)
+    num_kept, kept_tokens = sum(kept.values()), sum(n * c for n, c in kept.items())
+    # every sequence is kept whole, kept cut (truncate), split into pieces, or dropped
+    over = sum(c for n, c in histogram.items() if n > cap)
+    assert summary["num_over_cap"] == over
+    assert (
+        num_kept
+        == num_input - summary["num_dropped"] - summary["num_split"] + summary["num_pieces"]
+    )
+    assert summary["num_dropped"] + summary["num_truncated"] + summary["num_split"] == over
+    assert (
+        kept_tokens + summary["num_tokens_dropped"] + summary["num_tokens_truncated"]
+        == summary["num_input_tokens"]
+        == sum(n * c for n, c in histogram.items())
+    )
+    if any(n <= cap for n in histogram) or policy != "drop":
+        rule.check(histogram, "n")  # something is left to pack: no error
+
+
+@given(_POLICY_HISTOGRAMS, st.integers(1, 30), st.sampled_from(OVER_CAP))
+def test_over_cap_on_arrays_and_one_sequence_at_a_time_agrees_with_the_histogram(
+    histogram, cap, policy
+) -> None:
+    rule = OverCap(policy, cap)
+    lengths = np.array(sorted(histogram), dtype=np.int64)
+    counts = np.array([histogram[n] for n in sorted(histogram)], dtype=np.int64)
+    got_lengths, got_counts = rule.kept_arrays(lengths, counts)
+    expected = rule.kept_histogram(histogram) if policy != "error" else {}
+    if policy == "error":  # error keeps what fits (the rest it refuses in check)
+        expected = {n: c for n, c in histogram.items() if n <= cap}
+    assert dict(zip(got_lengths.tolist(), got_counts.tolist(), strict=True)) == expected
+    # the same lengths as rows: keep (drop, truncate) or pieces (split) give that histogram
+    rows = np.repeat(lengths, counts)
+    if policy == "split":
+        pieces, per_row = rule.pieces(rows)
+        assert int(per_row.sum()) == pieces.size and int(pieces.sum()) == int(rows.sum())
+        stored = pieces
+    elif policy == "error":
+        stored = rows[rows <= cap]
+    else:
+        stored, ids = rule.keep(rows.copy(), np.arange(rows.size, dtype=np.int64))
+        assert ids.size == stored.size
+    assert dict(Counter(stored.tolist())) == expected
+
+
+@given(_POLICY_HISTOGRAMS, st.integers(1, 30))
+def test_over_cap_error_names_the_count_and_the_option(histogram, cap) -> None:
+    over = {n: c for n, c in histogram.items() if n > cap}
+    rule = OverCap("error", cap)
+    if not over:
+        rule.check(histogram, "n")
+        return
+    with pytest.raises(InputError) as raised:
+        rule.check(histogram, "n")
+    count = sum(over.values())
+    assert str(raised.value).startswith(
+        f"{count} sequences in length column 'n' are longer than max_seq_len {cap} "
+        f"(the longest has {max(over)}); pass over_cap='drop'"
+    )
+    assert "pass --over-cap drop to drop them or --over-cap truncate" in (
+        raised.value.cli_message()
+    )
+
+
+def test_over_cap_supplies_the_pool_queries_parameters_and_the_cut() -> None:
+    assert OverCap("truncate", 8).sql_params() == {"max_seq_len": 8, "truncate": True}
+    for policy in ("error", "drop", "split"):
+        assert OverCap(policy, 8).sql_params() == {"max_seq_len": 8, "truncate": False}
+    assert [OverCap(p, 8).cut_to for p in OVER_CAP] == [None, None, 8, None]
+    assert [OverCap(p, 8).checked_policy for p in OVER_CAP] == [
+        "error",
+        "drop",
+        "truncate",
+        "truncate",
+    ]
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        OverCap("drop", 8).policy = "truncate"  # type: ignore[misc]
+
+
+@pytest.mark.parametrize(
+    ("policy", "max_seq_len", "message"),
+    [
+        ("wrap", 8, "over_cap is 'wrap'; expected one of error, drop, truncate, split"),
+        (None, 8, "over_cap is None; expected one of error, drop, truncate, split"),
+        ("drop", 0, "max_seq_len is 0; expected a positive integer"),
+    ],
+)
+def test_bad_over_cap_rule_is_one_config_error(policy, max_seq_len, message) -> None:
+    with pytest.raises(ConfigError, match=re.escape(message)):
+        OverCap(policy, max_seq_len)
+
+
+def test_the_prepare_config_hands_out_its_rule(tmp_path: Path) -> None:
+    config = small_config(tmp_path, over_cap="truncate")
+    assert config.over_cap_rule == OverCap("truncate", config.max_seq_len)

@@ -16,6 +16,7 @@ from hypothesis import strategies as st
 from test_architecture import import_graph
 
 from seqpack_cli.errors import InputError
+from seqpack_cli.over_cap import OverCap
 from seqpack_cli.prepare import scan
 from seqpack_cli.prepare.pools import engine as pools_module
 from seqpack_cli.prepare.pools import id_checks
@@ -182,7 +183,7 @@ def _scan_pools(files, counts, *, id_column, tmp_path, max_seq_len=10**9, worker
             "num_tokens",
             counts,
             id_column=id_column,
-            max_seq_len=max_seq_len,
+            over_cap=OverCap("error", max_seq_len),
             work_dir=work,
             append_pool=append,
             workers=workers,

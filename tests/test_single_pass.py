@@ -424,7 +424,7 @@ def test_within_is_the_plain_range_check(dtype, seed, bounds) -> None:
 
 @given(st.lists(st.integers(1, 100), max_size=30), st.integers(1, 30))
 def test_cut_lengths(lengths, cap) -> None:
-    from seqpack_cli.prepare.streamed_store import cut_lengths
+    from seqpack_cli.over_cap import cut_lengths
 
     pieces, per_row = cut_lengths(np.array(lengths, dtype=np.int64), cap)
     expected = []

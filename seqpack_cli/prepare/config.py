@@ -12,6 +12,7 @@ from typing import Any
 from seqpack_cli.checks import check_int, check_max_seq_len, check_max_seqs_per_bin
 from seqpack_cli.errors import ConfigError, option
 from seqpack_cli.interrupts import signals_held
+from seqpack_cli.over_cap import OVER_CAP, OverCap, check_over_cap, over_cap_option
 from seqpack_cli.prepare.cluster.tuning import ClusterTuning
 from seqpack_cli.prepare.pools.tuning import PoolTuning
 from seqpack_cli.prepared.multiples import check_length_multiple
@@ -21,32 +22,20 @@ __all__ = ["ENGINES", "OVER_CAP", "PACKERS", "PrepareConfig", "engine_option", "
 PACKERS = ("batched", "per-item")
 ENGINES = ("local", "dask")
 """Where `prepare_dataset` runs its passes: in this process, or as tasks on a Dask cluster."""
-OVER_CAP = ("error", "drop", "truncate", "split")
-"""What `over_cap` does with sequences longer than max_seq_len: refuse the inputs, leave them
-out, keep them with the length max_seq_len (the collator is to take their first tokens), or (with
-a token store) cut them into pieces of max_seq_len tokens, each a sequence with a new id."""
-
-
-def over_cap_option(value: str) -> str:
-    """`--over-cap VALUE` / `over_cap='VALUE'`, inside a message."""
-    return option(f"over_cap {value}", python=f"over_cap={value!r}")
 
 
 def _over_cap(value: Any, filter_over_cap: bool) -> str:
     """The over-cap policy: `value`, or without one `drop` for `filter_over_cap` (its alias)."""
     if value is None:
         return "drop" if filter_over_cap else "error"
-    if not isinstance(value, str) or value not in OVER_CAP:
-        raise ConfigError(
-            f"{option('over_cap')} is {value!r}; expected one of {', '.join(OVER_CAP)}"
-        )
+    check_over_cap(value)
     if filter_over_cap and value != "drop":
         raise ConfigError(
             f"{option('filter_over_cap', python='filter_over_cap=True')} is "
             f"{over_cap_option('drop')}, but {option('over_cap')} is {value!r}; "
             "pass only one of them"
         )
-    return value
+    return str(value)
 
 
 def engine_option(value: str) -> str:
@@ -149,6 +138,11 @@ class PrepareConfig:
         object.__setattr__(self, "overwrite", bool(self.overwrite))
         self._check_store_columns()
         self._check_engine()
+
+    @property
+    def over_cap_rule(self) -> OverCap:
+        """`over_cap` at `max_seq_len` as the `OverCap` every pass asks."""
+        return OverCap(str(self.over_cap), self.max_seq_len)
 
     @property
     def store_columns(self) -> dict[str, str]:

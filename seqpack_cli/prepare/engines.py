@@ -115,13 +115,12 @@ class LocalEngine:
                 config.length_column,
                 kept,
                 id_column=config.id_column,
-                max_seq_len=config.max_seq_len,
+                over_cap=config.over_cap_rule,
                 work_dir=writer.work_dir,
                 append_pool=writer.append_pool,
                 workers=config.threads,
                 progress=self.progress,
                 tuning=config.tuning,
-                truncate=config.over_cap == "truncate",
             )
         finally:
             self._close()

@@ -22,9 +22,8 @@ from pathlib import Path
 from typing import Any
 
 from seqpack_cli import __version__
-from seqpack_cli.checks import MAX_SEQ_LEN_LIMIT
-from seqpack_cli.errors import InputError, option
-from seqpack_cli.prepare.config import OVER_CAP, PACKERS, PrepareConfig, over_cap_option
+from seqpack_cli.errors import InputError
+from seqpack_cli.prepare.config import OVER_CAP, PACKERS, PrepareConfig
 from seqpack_cli.prepared import (
     COUNTS_NAME,
     FORMAT_NAME,
@@ -72,75 +71,11 @@ def _pack(counts: Mapping[int, int], config: PrepareConfig) -> Counter[tuple[int
 def _apply_over_cap(
     histogram: Mapping[int, int], config: PrepareConfig
 ) -> tuple[dict[int, int], dict[str, int]]:
-    """The lengths to pack under `config.over_cap`, and the summary's (exact) counts of it:
-    `num_over_cap` sequences over max_seq_len hold `num_tokens_over_cap` tokens (as `seqpack
-    stats` counts them); `num_input_tokens` = `num_tokens` + `num_tokens_dropped` (drop: all
-    their tokens) + `num_tokens_truncated` (truncate: their tokens past max_seq_len). Split keeps
-    every token: `num_split` sequences (holding `num_tokens_split` tokens) became `num_pieces`
-    sequences of at most max_seq_len tokens."""
-    cap = config.max_seq_len
-    kept = {length: count for length, count in histogram.items() if length <= cap}
-    over = {length: count for length, count in histogram.items() if length > cap}
-    num_over = sum(over.values())
-    if num_over and config.over_cap == "error":
-        longest = max(over)
-        what = (
-            f"{num_over} sequences in length column {config.length_column!r} are longer than "
-            f"{option('max_seq_len')} {cap}"
-        )
-        drop = (
-            f"pass {over_cap_option('drop')} to drop them or "
-            f"{over_cap_option('truncate')} to keep their first {cap} tokens"
-        )
-        if longest > MAX_SEQ_LEN_LIMIT:  # no max_seq_len is allowed to hold it
-            raise InputError(
-                f"{what}, and the longest has {longest}, over seqpack's limit of "
-                f"{MAX_SEQ_LEN_LIMIT} tokens, so no {option('max_seq_len')} can hold it; {drop}, "
-                "or fix the lengths in the data"
-            )
-        raise InputError(
-            f"{what} (the longest has {longest}); {drop}, or raise {option('max_seq_len')} to "
-            f"{longest}"
-        )
-    if num_over and config.over_cap == "truncate":
-        kept[cap] = kept.get(cap, 0) + num_over
-    num_pieces = 0
-    if num_over and config.over_cap == "split":  # pieces of cap tokens, the last the remainder
-        for length, count in over.items():
-            full, rest = divmod(length, cap)
-            kept[cap] = kept.get(cap, 0) + full * count
-            if rest:
-                kept[rest] = kept.get(rest, 0) + count
-            num_pieces += (full + bool(rest)) * count
-    if not kept:
-        shortest = min(histogram)
-        fix = f"raise {option('max_seq_len')}"
-        if shortest > MAX_SEQ_LEN_LIMIT:
-            fix = (
-                f"even the shortest is over seqpack's limit of {MAX_SEQ_LEN_LIMIT} tokens, so "
-                f"no {option('max_seq_len')} can hold it: fix the lengths in the data"
-            )
-        raise InputError(
-            f"all {num_over} sequences are longer than {option('max_seq_len')} {cap} (the "
-            f"shortest has {shortest}), so nothing is left to pack; {fix}, or pass "
-            f"{over_cap_option('truncate')} to keep their first {cap} tokens"
-        )
-    over_tokens = sum(length * count for length, count in over.items())
-    dropped = config.over_cap == "drop"
-    truncated = config.over_cap in ("error", "truncate")  # error: nothing is over the cap
-    split = config.over_cap == "split"
-    return dict(sorted(kept.items())), {
-        "num_input_tokens": sum(length * count for length, count in histogram.items()),
-        "num_over_cap": num_over,
-        "num_tokens_over_cap": over_tokens,
-        "num_dropped": num_over if dropped else 0,
-        "num_tokens_dropped": over_tokens if dropped else 0,
-        "num_truncated": num_over if truncated else 0,
-        "num_tokens_truncated": over_tokens - cap * num_over if truncated else 0,
-        "num_split": num_over if split else 0,
-        "num_pieces": num_pieces,
-        "num_tokens_split": over_tokens if split else 0,
-    }
+    """The lengths to pack under `config.over_cap`, and the summary's counts of it (the rules
+    are `OverCap`'s: refused in one message, kept, cut, split or dropped)."""
+    over_cap = config.over_cap_rule
+    over_cap.check(histogram, config.length_column)
+    return over_cap.kept_histogram(histogram), over_cap.summary(histogram)
 
 
 def _manifest(
@@ -228,7 +163,6 @@ def _write_store(
     writer.finish_pools()
     if config.engine != "local":
         return dict(engine.write_store(writer, paths))
-    truncate = config.over_cap == "truncate"
     section, names = write_token_store(
         writer.tmp_path,
         paths,
@@ -236,7 +170,7 @@ def _write_store(
         id_column=config.id_column,
         length_column=config.length_column,
         pools=PoolMap(writer.tmp_path, kept),
-        truncated_at=config.max_seq_len if truncate else None,
+        truncated_at=config.over_cap_rule.cut_to,
     )
     for name in names:
         writer.record_file(name)
@@ -256,7 +190,7 @@ def _count_targets(
     from seqpack_cli.target_counts import COUNTED_ROLES
     from seqpack_cli.token_sources import INFO_NAME
 
-    truncated_to = config.max_seq_len if config.over_cap == "truncate" else None
+    truncated_to = config.over_cap_rule.cut_to
     for role in COUNTED_ROLES:
         if role in store:
             name = write_num_targets(
@@ -342,8 +276,8 @@ def prepare_dataset(config: PrepareConfig, *, progress: ProgressCallback | None 
     # heavy work, and any exit (error, Ctrl-C, SIGTERM) removes it. The engine is left first: it
     # stops its work before the directory is removed. The two passes (without a token store, or
     # to word what the one pass found wrong) cannot split: they check the inputs as truncate would.
-    split = config.over_cap == "split"
-    checked = dataclasses.replace(config, over_cap="truncate") if split else config
+    split = config.over_cap_rule.splits
+    checked = dataclasses.replace(config, over_cap=config.over_cap_rule.checked_policy)
     with (
         PreparedWriter(output, overwrite=config.overwrite) as writer,
         open_engine(checked, progress=progress, write_pools=not split) as engine,

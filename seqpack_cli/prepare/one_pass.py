@@ -80,14 +80,15 @@ class OnePass:
 
     def _ascending_chunks(self, chunk: int) -> Iterator[tuple[np.ndarray, np.ndarray]]:
         """(lengths, ids) of the stored sequences in ascending id order, `chunk` at a time, with
-        the lengths `--over-cap` keeps: the longer ones left out (drop) or cut (truncate)."""
+        the lengths `OverCap.keep` gives them: the longer ones left out (drop) or cut
+        (truncate)."""
         tokens = self.root / "tokens"
         offsets = np.load(tokens / OFFSETS_NAME, mmap_mode="r")
         count = self.store.num_store_rows
         index = None
         if self.store.with_index:
             index = (np.load(tokens / IDS_NAME, mmap_mode="r"), np.load(tokens / ROWS_NAME, "r"))
-        cap, over_cap = self.config.max_seq_len, self.config.over_cap
+        over_cap = self.config.over_cap_rule
         for start in range(0, count, chunk):
             stop = min(start + chunk, count)
             if index is None:
@@ -97,12 +98,7 @@ class OnePass:
                 ids = np.asarray(index[0][start:stop])
                 rows = np.asarray(index[1][start:stop])
                 lengths = offsets[rows + 1] - offsets[rows]
-            if over_cap == "drop":
-                kept = lengths <= cap
-                ids, lengths = ids[kept], lengths[kept]
-            elif over_cap == "truncate":
-                np.minimum(lengths, cap, out=lengths)
-            yield lengths, ids
+            yield over_cap.keep(lengths, ids)
 
     def write_pools(
         self, kept: Mapping[int, int], append: PoolAppend, *, progress: ProgressCallback | None
@@ -253,7 +249,7 @@ def read_in_one_pass(
         logger.info("one pass: %s; the two passes word it", error)
         return Fallback(error)
     predicted = {role: sum(file.num_values for file in inputs[role]) for role in columns}
-    split_at = config.max_seq_len if config.over_cap == "split" else None
+    split_at = config.max_seq_len if config.over_cap_rule.splits else None
     try:
         store = StreamedStore(root, spec, predicted, split_at=split_at)
     except OSError as error:

@@ -27,12 +27,13 @@ from pathlib import Path
 import numpy as np
 
 from seqpack_cli.errors import InputError, option
+from seqpack_cli.over_cap import cut_lengths
 from seqpack_cli.prepare.hashed_files import StoreFile, Writes
 from seqpack_cli.prepare.token_reading import IDS_BY_ROW_NAME
 from seqpack_cli.prepare.token_stream import StreamSpec, TokenBatch
 from seqpack_cli.token_sources import IDS_NAME, OFFSETS_NAME, PIECES_NAME, ROWS_NAME, TOKENS_NAME
 
-__all__ = ["LengthCounter", "StreamedStore", "cut_lengths", "piece_ids_error"]
+__all__ = ["LengthCounter", "StreamedStore", "piece_ids_error"]
 
 _DENSE_LENGTHS = 1 << 20  # lengths below this are counted in an array, longer ones in a Counter
 _INT64_MAX = int(np.iinfo(np.int64).max)
@@ -66,15 +67,6 @@ class LengthCounter:
         counts = dict(zip(present.tolist(), self.dense[present].tolist(), strict=True))
         counts.update(self.sparse)
         return {length: counts[length] for length in sorted(counts)}
-
-
-def cut_lengths(lengths: np.ndarray, cap: int) -> tuple[np.ndarray, np.ndarray]:
-    """(each piece's length, each row's number of pieces): rows longer than `cap` cut into pieces
-    of `cap` tokens, the last one the remainder; other rows one piece each."""
-    pieces = np.maximum((lengths + (cap - 1)) // cap, 1)
-    rows = np.repeat(lengths, pieces)
-    index = np.arange(rows.size, dtype=np.int64) - np.repeat(np.cumsum(pieces) - pieces, pieces)
-    return np.minimum(rows - index * cap, cap), pieces
 
 
 def piece_ids_error(id_column: str | None, first: int, num_pieces: int) -> InputError | None:

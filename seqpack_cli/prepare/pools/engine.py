@@ -39,6 +39,7 @@ import numpy as np
 import pyarrow.parquet as pq
 
 from seqpack_cli.errors import ConfigError, InputError, option
+from seqpack_cli.over_cap import OverCap
 from seqpack_cli.prepare.pools import id_map
 from seqpack_cli.prepare.pools.id_checks import IdCheck, check_duplicates
 from seqpack_cli.prepare.pools.layout import Layout, PoolAppend, changed_error, num_workers
@@ -223,21 +224,19 @@ def scan_pools(
     counts: Mapping[int, int],
     *,
     id_column: str | None,
-    max_seq_len: int,
+    over_cap: OverCap,
     work_dir: Path,
     append_pool: PoolAppend,
     workers: int | None = None,
     progress: ProgressCallback | None = None,
     tuning: PoolTuning | None = None,
-    truncate: bool = False,
 ) -> PoolScan:
     """Stream (length, id) once and write every length's ascending pool through `append_pool`.
 
-    `counts` is the histogram of the lengths kept (all <= max_seq_len). Sequences longer than
-    `max_seq_len` are left out, or with `truncate` kept with the length `max_seq_len` (`counts`
-    then counts them there). A length column of token lists streams each list's length, counted
-    by DuckDB. Ids are the id column (checked: non-null, unique) or, without one, global row
-    indexes over `files` in their order.
+    `counts` is the histogram of the lengths kept (all <= max_seq_len), as `over_cap` keeps
+    them: the query's parameters are its own (`OverCap.sql_params`). A length column of token
+    lists streams each list's length, counted by DuckDB. Ids are the id column (checked:
+    non-null, unique) or, without one, global row indexes over `files` in their order.
     Work files (the scatter path's flat file, 8 bytes per id) live in `work_dir` and are deleted
     at the end.
     """
@@ -248,9 +247,9 @@ def scan_pools(
     columns = [length_column] if id_column is None else [length_column, id_column]
     params: dict[str, Any] = {
         **read_params(files, *columns),
-        "max_seq_len": max_seq_len,
-        "truncate": bool(truncate),
+        **over_cap.sql_params(),
     }
+    max_seq_len = over_cap.max_seq_len
     to_ids: Callable[[list[np.ndarray]], np.ndarray]
     bounds: tuple[int, int] | None
     if id_column is None:
