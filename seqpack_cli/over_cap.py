@@ -113,6 +113,12 @@ class OverCap:
             np.minimum(lengths, self.max_seq_len, out=lengths)
         return lengths, ids
 
+    def pooled(self, lengths: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """(whether each row of `lengths` is in a pool, the length of the pool it would be in):
+        the rows up to `max_seq_len`, and under truncate the longer ones too, in the pool of
+        `max_seq_len` (the pool queries' `WHERE $truncate OR length <= $max_seq_len`)."""
+        return (lengths <= self.max_seq_len) | self.truncates, np.minimum(lengths, self.max_seq_len)
+
     def pieces(self, lengths: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """Split's pieces of the rows of `lengths`: (each piece's length, each row's number of
         pieces)."""
