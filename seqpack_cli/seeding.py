@@ -69,9 +69,22 @@ def digest64(payload: bytes) -> int:
 
 
 def check_seed(seed: Any, name: str = "seed", *, optional: bool = True) -> int | None:
-    """`seed` as a Python int (None stays None where `optional`), or `ConfigError` unless it is
-    an integer in the signed 64-bit range (the range `seed_from_components` accepts). Every
-    seed of the package, argument or option, is checked here: one range, one message."""
+    """`seed` checked: an integer in the signed 64-bit range (the range `seed_from_components`
+    accepts). Every seed of the package, argument or option, is checked here: one range, one
+    message.
+
+    Args:
+        seed: the value to check (a Python or numpy integer; None where `optional`).
+        name: the argument or option named in the error message.
+        optional: whether None is accepted (and returned as None).
+
+    Returns:
+        `seed` as a Python int, or None for None where `optional`.
+
+    Raises:
+        ConfigError: for anything else (a bool, a float, a string, an int out of range, or
+            None where not `optional`), naming `name`, the value and the fix.
+    """
     if seed is None and optional:
         return None
     return check_int(
@@ -109,6 +122,17 @@ def seed_from_components(*components: int) -> int:
     Components are Python or numpy integers in the int64 range; floats, strings and bools are
     refused with a ConfigError (a float epoch or a string name has no canonical integer form;
     True == 1 would silently give the same seed as 1).
+
+    Args:
+        *components: the integers to derive the seed from (epoch, rank, worker, ...); none at
+            all is a valid (empty) tuple.
+
+    Returns:
+        The seed, an int in `[0, 2**63)`.
+
+    Raises:
+        ConfigError: for a component that is not an integer in the signed 64-bit range, naming
+            its position.
     """
     values = [
         check_int(
@@ -144,6 +168,16 @@ def shuffle_bins(bin_indices: Sequence[T], seed: int | None = None) -> list[T]:
     derived from the seed with `seed_from_components`, and positions are sorted by key (the keys
     are distinct: both steps are bijections of 64-bit words). Unlike a numpy random stream this
     never changes with the numpy version.
+
+    Args:
+        bin_indices: the items to shuffle (any sequence; read once into a list).
+        seed: any int64 (see `check_seed`); None (the default) keeps the input order.
+
+    Returns:
+        A new list holding the items of `bin_indices` in the seeded order.
+
+    Raises:
+        ConfigError: for a seed that is not None or an int64.
     """
     items = list(bin_indices)
     key = check_seed(seed)

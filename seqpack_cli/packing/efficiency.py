@@ -87,7 +87,23 @@ class PackingStats:
     percentiles are fractions in [0, 1]; `lower_bound_bins` is the strongest bound the engine
     knows on the bins any packing of these sequences needs
     (`seqpack_cli.packing.bounds.LowerBound`), at least ceil(num_tokens / max_seq_len). Empty
-    input gives all zeros.
+    input gives all zeros. Build one with `from_templates` or `from_bins`, which compute every
+    field; the constructor takes the fields as they are.
+
+    Args:
+        num_bins: bins in the packing.
+        num_sequences: sequences packed.
+        num_tokens: tokens packed (the sum of their lengths).
+        capacity: `num_bins * max_seq_len`.
+        max_seq_len: the most tokens in one bin.
+        efficiency: `num_tokens / capacity` (0 for no bins).
+        padding: `capacity - num_tokens`.
+        padding_ratio: `padding / capacity` (0 for no bins).
+        avg_seqs_per_bin: `num_sequences / num_bins` (0 for no bins).
+        max_seqs_in_bin: the most sequences in one bin.
+        bin_fullness_p50, bin_fullness_p90, bin_fullness_p99: the median, 90th and 99th
+            percentile of a bin's tokens over `max_seq_len`.
+        lower_bound_bins: the lower bound on the bins (see above).
     """
 
     num_bins: int
@@ -116,8 +132,22 @@ class PackingStats:
     ) -> PackingStats:
         """Stats of a per-sequence packing: `bins` are lists of ids indexing `lengths`.
 
-        `max_seqs_per_bin`: the cap the packing was made with (None: none); it counts in the
-        lower bound, and a bin holding more sequences is refused.
+        Args:
+            bins: the packing, each bin a sequence of ids (indices into `lengths`).
+            lengths: every sequence's length (tokens), indexed by id: a flat sequence of
+                positive integers.
+            max_seq_len: the most tokens in one bin, as the packing was made with.
+            max_seqs_per_bin: the cap the packing was made with (None, the default: none); it
+                counts in the lower bound, and a bin holding more sequences is refused.
+
+        Returns:
+            The packing's `PackingStats`.
+
+        Raises:
+            InputError: for lengths that are not a flat integer sequence, an id outside
+                `lengths`, a packed length that is not positive, or a bin over `max_seq_len`
+                or `max_seqs_per_bin`.
+            ConfigError: for a bad `max_seq_len` or `max_seqs_per_bin`.
         """
         limit = check_max_seq_len(max_seq_len)
         cap = check_max_seqs_per_bin(max_seqs_per_bin)
@@ -162,11 +192,25 @@ class PackingStats:
     def from_templates(
         cls, templates: Any, max_seq_len: int, *, max_seqs_per_bin: int | None = None
     ) -> PackingStats:
-        """Stats of a histogram packing (a Counter of templates, or (template, count) pairs),
-        in O(distinct templates).
+        """Stats of a histogram packing, in O(distinct templates).
 
-        `max_seqs_per_bin`: the cap the packing was made with (None: none); it counts in the
-        lower bound, and a template holding more sequences is refused.
+        Args:
+            templates: the packing: a Counter of templates (tuples of lengths) or
+                `(template, count)` pairs. The bound a packer returned with its templates
+                (`pack_length_histogram_batched`'s `PackedTemplates.bound`) is used as
+                `lower_bound_bins` where it applies to these sequences; otherwise the cheap
+                bounds are computed.
+            max_seq_len: the most tokens in one bin, as the packing was made with.
+            max_seqs_per_bin: the cap the packing was made with (None, the default: none); it
+                counts in the lower bound, and a template holding more sequences is refused.
+
+        Returns:
+            The packing's `PackingStats`.
+
+        Raises:
+            InputError: for a malformed template or one over `max_seq_len` or
+                `max_seqs_per_bin`.
+            ConfigError: for a bad `max_seq_len` or `max_seqs_per_bin`.
         """
         limit = check_max_seq_len(max_seq_len)
         cap = check_max_seqs_per_bin(max_seqs_per_bin)
@@ -236,7 +280,11 @@ class PackingStats:
         )
 
     def to_dict(self) -> dict[str, int | float]:
-        """The fields as a JSON-safe dict (plain ints and floats)."""
+        """The fields as a JSON-safe dict.
+
+        Returns:
+            `{field name: value}` for every field, in declaration order (plain ints and floats).
+        """
         return {field.name: getattr(self, field.name) for field in dataclasses.fields(self)}
 
     def __str__(self) -> str:

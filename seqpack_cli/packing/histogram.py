@@ -107,6 +107,19 @@ def pack_length_histogram(
     Sequences are placed one at a time, longest first, each into the open bin with the most room
     (ties: the oldest bin) or into a new bin when none has room. It loops over every sequence, so
     it is for tests and parity checks; `pack_length_histogram_batched` is the engine.
+
+    Args:
+        length_counts: the histogram, `{length: count}` or `(length, count)` pairs; every
+            length in [1, max_seq_len], every count a non-negative integer.
+        max_seq_len: the most tokens in one bin.
+        max_seqs_per_bin: the most sequences in one bin; None (the default): no limit.
+
+    Returns:
+        `Counter{template: number of bins}`, each template a tuple of lengths, longest first.
+
+    Raises:
+        InputError: for a length outside [1, max_seq_len] or a bad count.
+        ConfigError: for a bad `max_seq_len` or `max_seqs_per_bin`.
     """
     items = validate_length_counts(length_counts, max_seq_len)
     cap = check_max_seqs_per_bin(max_seqs_per_bin)
@@ -198,12 +211,25 @@ def pack_length_histogram_batched(
     optimum (the `max_seq_len` sweep of `seqpack stats`, which packs many histograms, spends
     half; below 1 the bin exchanges' pool is repacked by the greedy engine only, and a capped
     histogram is first packed by the slot-aware pattern heuristic, its tail repacked, which is
-    kept without the LP where it is within 0.1% of the cheap bound). The result
-    is a `Counter` of templates (`PackedTemplates`) that carries, as `bound`, the lower bound
-    the engine proved for this histogram (the LP's where it solved it), which
-    `PackingStats.from_templates` and the reports show.
-    Raises `InputError` for a length outside [1, max_seq_len] and `ConfigError` for a bad
-    `max_seq_len`, `max_seqs_per_bin` or `lp_effort`.
+    kept without the LP where it is within 0.1% of the cheap bound).
+
+    Args:
+        length_counts: the histogram, `{length: count}` or `(length, count)` pairs; every
+            length in [1, max_seq_len], every count a non-negative integer.
+        max_seq_len: the most tokens in one bin.
+        max_seqs_per_bin: the most sequences in one bin; None (the default): no limit.
+        lp_effort: the share of the LP's work budget to spend, in (0, 1] (see above); 1, the
+            default, packs closest to the optimum.
+
+    Returns:
+        The templates, `Counter{template: number of bins}` (a `PackedTemplates`), carrying as
+        `bound` the lower bound the engine proved for this histogram (the LP's where it solved
+        it), which `PackingStats.from_templates` and the reports show. Empty for an empty
+        histogram.
+
+    Raises:
+        InputError: for a length outside [1, max_seq_len] or a bad count.
+        ConfigError: for a bad `max_seq_len`, `max_seqs_per_bin` or `lp_effort`.
     """
     items = validate_length_counts(length_counts, max_seq_len)
     cap = check_max_seqs_per_bin(max_seqs_per_bin)

@@ -56,6 +56,18 @@ def sort_indices_by_length(
     With `seed=None` the order is deterministic: descending length, ties by ascending index.
     With a seed, sequences are ordered by tolerance bucket (`length // tolerance`), longest
     bucket first, and shuffled within each bucket (numpy PCG64 stream, the same on every machine).
+
+    Args:
+        lengths_arr: the sequences' lengths (a 1-D sequence or array of positive integers).
+        tolerance: the bucket width the seeded order shuffles within (1: exact ties only).
+        seed: any int64 (see `seeding.check_seed`); None (the default): no shuffle.
+
+    Returns:
+        An int64 array of `len(lengths_arr)` indices into `lengths_arr`.
+
+    Raises:
+        InputError: for a length that is not a positive integer.
+        ConfigError: for a bad `tolerance` or `seed`.
     """
     lengths = validate_length_array(lengths_arr, None)
     tolerance = check_tolerance(tolerance)
@@ -74,6 +86,16 @@ def length_histogram_from_lengths(lengths: Any) -> tuple[Counter[int], dict[int,
 
     `counts` is `Counter{length: number of sequences}`; `pools[length]` is the int64 array of
     the indices (ids) of the sequences of that length, ascending. Keys come longest first.
+
+    Args:
+        lengths: the sequences' lengths (a 1-D sequence or array of positive integers); the
+            index of a length is its sequence's id.
+
+    Returns:
+        `(counts, pools)` as above; both empty for no lengths.
+
+    Raises:
+        InputError: for a length that is not a positive integer.
     """
     array = validate_length_array(lengths, None)
     if array.size == 0:
@@ -100,6 +122,24 @@ def greedy_pack_sequences(
     `seed` shuffles sequences of equal length (or of the same `length // tolerance` bucket)
     before packing: same templates, different pairings per epoch. `max_seqs_per_bin` caps the
     number of sequences per bin. `tolerance=1` takes the histogram path (see the module notes).
+
+    Args:
+        lengths: the sequences' lengths (a 1-D sequence or array of positive integers, each at
+            most `max_seq_len`); a bin holds indices into it.
+        max_seq_len: the most tokens in one bin.
+        tolerance: the width of the length buckets whose sequences `seed` shuffles (1, the
+            default: equal lengths only).
+        seed: any int64 (see `seeding.check_seed`); None (the default): ties stay in index
+            order.
+        max_seqs_per_bin: the most sequences in one bin; None (the default): no limit.
+
+    Returns:
+        The bins, each a list of indices into `lengths`; every index appears in exactly one.
+        Empty for no lengths.
+
+    Raises:
+        InputError: for a length that is not a positive integer or exceeds `max_seq_len`.
+        ConfigError: for a bad `max_seq_len`, `tolerance`, `seed` or `max_seqs_per_bin`.
     """
     return _pack_sequences(lengths, max_seq_len, tolerance, seed, max_seqs_per_bin, _first_fit)
 
@@ -114,8 +154,26 @@ def heap_pack_sequences(
 ) -> list[list[int]]:
     """Worst-fit decreasing (each sequence into the roomiest bin, via a max-heap).
 
-    Same arguments and output as `greedy_pack_sequences`; with `tolerance=1` both take the
-    histogram path and return the same bins.
+    With `tolerance=1` this and `greedy_pack_sequences` both take the histogram path and
+    return the same bins.
+
+    Args:
+        lengths: the sequences' lengths (a 1-D sequence or array of positive integers, each at
+            most `max_seq_len`); a bin holds indices into it.
+        max_seq_len: the most tokens in one bin.
+        tolerance: the width of the length buckets whose sequences `seed` shuffles (1, the
+            default: equal lengths only).
+        seed: any int64 (see `seeding.check_seed`); None (the default): ties stay in index
+            order.
+        max_seqs_per_bin: the most sequences in one bin; None (the default): no limit.
+
+    Returns:
+        The bins, each a list of indices into `lengths`; every index appears in exactly one.
+        Empty for no lengths.
+
+    Raises:
+        InputError: for a length that is not a positive integer or exceeds `max_seq_len`.
+        ConfigError: for a bad `max_seq_len`, `tolerance`, `seed` or `max_seqs_per_bin`.
     """
     return _pack_sequences(lengths, max_seq_len, tolerance, seed, max_seqs_per_bin, _worst_fit)
 
