@@ -71,6 +71,15 @@ class OverCap:
         object.__setattr__(self, "policy", check_over_cap(self.policy))
         object.__setattr__(self, "max_seq_len", check_max_seq_len(self.max_seq_len))
 
+    @classmethod
+    def from_config(cls, config: Mapping[str, Any]) -> OverCap:
+        """The rule a manifest's `config` records: its `over_cap` at its `max_seq_len` (a
+        manifest without `over_cap`: `drop` for `filter_over_cap`, its alias, else `error`)."""
+        policy = config.get("over_cap")
+        if policy is None:
+            policy = "drop" if config.get("filter_over_cap") else "error"
+        return cls(policy, config["max_seq_len"])
+
     @property
     def drops(self) -> bool:
         return self.policy == "drop"

@@ -17,6 +17,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from seqpack_cli.errors import ConfigError, InputError
+from seqpack_cli.over_cap import OverCap
 from seqpack_cli.prepare import PrepareConfig
 from seqpack_cli.prepare.cluster.group_sort import ids_by_length
 from seqpack_cli.prepare.cluster.groups import (
@@ -174,10 +175,11 @@ def _histogram(rows) -> GroupHistogram:
 
 def test_kept_counts_apply_the_over_cap_policy() -> None:
     rows = [(12, 4), (3, 2), (10, 1), (None, 0)]
-    assert kept_counts(_histogram(rows), 10, "drop").as_dict() == {3: 2, 10: 1}
-    assert kept_counts(_histogram(rows), 10, "truncate").as_dict() == {3: 2, 10: 5}
-    assert kept_counts(_histogram([(3, 2), (12, 4)]), 10, "truncate").as_dict() == {3: 2, 10: 4}
-    kept = kept_counts(_histogram(rows), 10, "drop")
+    drop, truncate = OverCap("drop", 10), OverCap("truncate", 10)
+    assert kept_counts(_histogram(rows), drop).as_dict() == {3: 2, 10: 1}
+    assert kept_counts(_histogram(rows), truncate).as_dict() == {3: 2, 10: 5}
+    assert kept_counts(_histogram([(3, 2), (12, 4)]), truncate).as_dict() == {3: 2, 10: 4}
+    kept = kept_counts(_histogram(rows), drop)
     assert kept.lengths.dtype == np.int32 and kept.counts.dtype == np.int32
 
 
@@ -224,7 +226,7 @@ def test_group_histograms_add_up_to_one_histogram_of_every_row(parts, data) -> N
 def test_merge_units_cover_every_length_and_locate_each_group_stretch(matrix, unit_ids) -> None:
     lengths = [2, 3, 5, 8, 13]
     group_counts = [
-        kept_counts(_histogram(zip(lengths, row, strict=True)), max(lengths), "error")
+        kept_counts(_histogram(zip(lengths, row, strict=True)), OverCap("error", max(lengths)))
         for row in matrix
     ]
     units = merge_units(lengths, group_counts, unit_ids)

@@ -25,6 +25,7 @@ from dask_datasets import leftovers, stop_processes, write_dataset
 from dask_store_cases import random_sequences, write_tokens
 
 from seqpack_cli.errors import InputError
+from seqpack_cli.over_cap import OverCap
 from seqpack_cli.prepare.cluster.fingerprints import fingerprint, fingerprints
 from seqpack_cli.prepare.cluster.groups import FileGroup, GroupCounts
 from seqpack_cli.prepare.cluster.pool_tasks import PoolsJob, group_pools
@@ -139,7 +140,7 @@ def test_every_task_that_reads_an_input_checks_it(tmp_path: Path) -> None:
     settings = TaskSettings(threads=1)
     runs = tmp_path / "runs"
     runs.mkdir()
-    job = PoolsJob("n", None, 64, False, runs, PoolTuning(), settings, 8, 4, 1 << 20)
+    job = PoolsJob("n", None, OverCap("error", 64), runs, PoolTuning(), settings, 8, 4, 1 << 20)
     counts = GroupCounts(np.array([5], dtype=np.int32), np.array([1], dtype=np.int32))
     token_file = inspect_token_inputs(paths[:1], "input_ids", None)[0]
     tasks = {

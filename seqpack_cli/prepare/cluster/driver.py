@@ -219,7 +219,7 @@ class ClusterEngine:
             """Each group's histogram added up and kept compact as it arrives; its pools task
             submitted if it keeps any row (an error found later cancels it)."""
             total.add(part)
-            counts = kept_counts(part, config.max_seq_len, str(config.over_cap))
+            counts = kept_counts(part, config.over_cap_rule)
             group = self._groups[i]
             if counts.num_ids:
                 call: Call = (group_pools, (job, group, counts), group.num_rows)
@@ -292,8 +292,8 @@ class ClusterEngine:
     def _pools_job(self, runs_dir: Path) -> PoolsJob:
         config = self.config
         return PoolsJob(
-            config.length_column, config.id_column, config.max_seq_len,
-            config.over_cap == "truncate", runs_dir, config.tuning, self._settings(),
+            config.length_column, config.id_column, config.over_cap_rule,
+            runs_dir, config.tuning, self._settings(),
             self.tuning.samples, self.tuning.map_span_ratio, self.tuning.memory_ids,
         )  # fmt: skip
 

@@ -17,6 +17,7 @@ from pathlib import Path
 
 import numpy as np
 
+from seqpack_cli.over_cap import OverCap
 from seqpack_cli.prepare.cluster.fingerprints import Fingerprint
 from seqpack_cli.prepare.cluster.tuning import ClusterTuning
 from seqpack_cli.prepare.footers import InputFile
@@ -215,20 +216,9 @@ class GroupCounts:
         return dict(zip(self.lengths.tolist(), self.counts.tolist(), strict=True))
 
 
-def kept_counts(histogram: GroupHistogram, max_seq_len: int, over_cap: str) -> GroupCounts:
-    """A group's histogram as the pools pass keeps it: lengths over `max_seq_len` left out
-    (`drop`) or counted at `max_seq_len` (`truncate`); `error` has refused them already."""
-    lengths, counts = histogram.lengths, histogram.counts
-    over = lengths > max_seq_len
-    kept_lengths, kept = lengths[~over], counts[~over]
-    if over_cap == "truncate" and over.any():
-        at_cap = int(counts[over].sum())
-        if kept_lengths.size and kept_lengths[-1] == max_seq_len:
-            kept = kept.copy()
-            kept[-1] += at_cap
-        else:
-            kept_lengths = np.append(kept_lengths, max_seq_len)
-            kept = np.append(kept, at_cap)
+def kept_counts(histogram: GroupHistogram, over_cap: OverCap) -> GroupCounts:
+    """A group's histogram as the pools pass keeps it (`OverCap.kept_arrays`)."""
+    kept_lengths, kept = over_cap.kept_arrays(histogram.lengths, histogram.counts)
     nonzero = kept > 0
     # int32 where they fit (lengths always do, counts unless a file holds 2**31 rows): the
     # driver holds one of these per group, and at 1e10 rows there are thousands of groups.

@@ -32,6 +32,7 @@ from typing import Any
 import duckdb
 import numpy as np
 
+from seqpack_cli.over_cap import OverCap
 from seqpack_cli.prepare.cluster.group_sort import ids_by_length
 from seqpack_cli.prepare.cluster.groups import FileGroup, GroupCounts
 from seqpack_cli.prepare.cluster.merge import RunEncoding, pwrite_encoded
@@ -65,8 +66,7 @@ class PoolsJob:
 
     length_column: str
     id_column: str | None
-    max_seq_len: int
-    truncate: bool
+    over_cap: OverCap
     runs_dir: Path
     tuning: PoolTuning
     settings: TaskSettings
@@ -165,8 +165,7 @@ class _Group:
         columns = [job.length_column] + ([job.id_column] if job.id_column else [])
         self.params = {
             **read_params(group.files, *columns),
-            "max_seq_len": job.max_seq_len,
-            "truncate": job.truncate,
+            **job.over_cap.sql_params(),
         }
         name = "pool_rows_by_position" if job.id_column is None else "pool_rows_by_id"
         self.sql = load_sql(length_query(group.files, job.length_column, name))
@@ -205,7 +204,9 @@ class _Group:
             raise
 
     def uses_map(self) -> bool:
-        if self.bounds is None or not id_map.fits(self.layout, *self.bounds, self.job.max_seq_len):
+        if self.bounds is None or not id_map.fits(
+            self.layout, *self.bounds, self.job.over_cap.max_seq_len
+        ):
             return False
         span = self.bounds[1] - self.bounds[0] + 1
         return self.job.id_column is None or span <= self.job.map_span_ratio * self.layout.num_ids
@@ -214,7 +215,7 @@ class _Group:
         """The id map's way; False when ids repeat in the group (the map keeps one copy of
         each: the sorting way then keeps them all for the duplicate checks)."""
         assert self.bounds is not None
-        ids = id_map.IdMap(self.layout, *self.bounds, self.job.max_seq_len)
+        ids = id_map.IdMap(self.layout, *self.bounds, self.job.over_cap.max_seq_len)
         batches = stream_batches(self.con, self.sql, self.params, self.job.tuning.batch_rows)
         try:
             ids.fill(((c[0], self.to_ids(c)) for c in batches), workers=self.threads, progress=None)

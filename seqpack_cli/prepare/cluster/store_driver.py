@@ -162,8 +162,8 @@ class _Store:
         same = config.length_column == config.tokens_column
         return StoreJob(
             self.root, self.runs_dir, dict(self.columns), dict(self.dtypes), ranges,
-            None if same else config.length_column, config.id_column, config.max_seq_len,
-            config.over_cap == "truncate", config.cluster_tuning.samples, self.hooks.settings,
+            None if same else config.length_column, config.id_column, config.over_cap_rule,
+            config.cluster_tuning.samples, self.hooks.settings,
         )  # fmt: skip
 
     def stream(self, counts: Mapping[str, Sequence[int]], phase: str) -> list[GroupStore]:
@@ -236,9 +236,12 @@ class _Store:
         faults = [result.pool_fault for result in results if result.pool_fault is not None]
         if faults:
             config = self.config
-            truncated_at = config.max_seq_len if config.over_cap == "truncate" else None
             return pool_error(
-                min(faults), truncated_at, self.columns, config.length_column, self.locate
+                min(faults),
+                config.over_cap_rule.cut_to,
+                self.columns,
+                config.length_column,
+                self.locate,
             )
         return None
 

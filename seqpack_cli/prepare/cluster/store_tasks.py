@@ -25,6 +25,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
+from seqpack_cli.over_cap import OverCap
 from seqpack_cli.prepare.cluster.fingerprints import Fingerprint
 from seqpack_cli.prepare.cluster.merge import pwrite_all
 from seqpack_cli.prepare.cluster.tasks import TaskSettings, check_inputs, check_visible
@@ -55,8 +56,7 @@ class StoreJob:
     length_column: str | None
     """None when it is the token column itself (it then always agrees with the lists)."""
     id_column: str | None
-    max_seq_len: int
-    truncate: bool
+    over_cap: OverCap
     samples: int
     settings: TaskSettings
 
@@ -263,10 +263,9 @@ class _Group:
             claimed = pc.list_value_length(given).to_numpy(zero_copy_only=False).astype(np.int64)
         if not self.result.lengths_differ and np.any(claimed != lengths):
             self.result.lengths_differ = True
-        cap = job.max_seq_len
-        pooled = (claimed <= cap) | job.truncate
-        pool = np.minimum(claimed, cap)
-        at_least = job.truncate & (pool == cap)
+        cap = job.over_cap.max_seq_len
+        pooled, pool = job.over_cap.pooled(claimed)
+        at_least = job.over_cap.truncates & (pool == cap)  # truncate: stored whole, pooled cut
         bad = pooled & np.where(at_least, lengths < cap, lengths != pool)
         if not bad.any():
             return
