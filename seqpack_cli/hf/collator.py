@@ -1,7 +1,7 @@
 """`PackedRowsCollator`: the `data_collator` that lets HF `Trainer` (or a plain `DataLoader` with
-`batch_size=B`) take `PackedDataset(format="hf")` items.
+`batch_size=B`) take the items of a `PackedDataset` with `CollateOptions(format="hf")`.
 
-An item of `PackedDataset(format="hf")` is already a batch: one packed row flattened to
+An item of such a dataset is already a batch: one packed row flattened to
 `[1, tokens]`. Trainer's default collator stacks items along a new dimension (`expand(...)`
 fails on `[1, 1, T]`), and torch's `default_collate` cannot stack rows of different lengths. This
 collator concatenates B items into one flattened `[1, total]` row, as `PackedCollator(format="hf")`
@@ -38,13 +38,13 @@ def _flat(item: Mapping[str, Any], key: str, k: int) -> np.ndarray:
     if key not in item:
         raise InputError(
             f"item {k} of the batch has no {key!r} (keys: {', '.join(map(str, item))}); "
-            "expected PackedDataset(format='hf') items"
+            "expected PackedDataset(..., collate=CollateOptions(format='hf')) items"
         )
     values = np.asarray(item[key])
     if values.ndim != 2 or values.shape[0] != 1:
         raise InputError(
             f"item {k}'s {key} has shape {list(values.shape)}; expected one flattened row "
-            "[1, tokens]: use PackedDataset(format='hf')"
+            "[1, tokens]: use PackedDataset(..., collate=CollateOptions(format='hf'))"
         )
     return values[0]
 
@@ -58,13 +58,13 @@ def _sequence_lengths(position_ids: np.ndarray) -> np.ndarray:
     if starts.size == 0 or starts[0] != 0 or not np.array_equal(position_ids, expected):
         raise InputError(
             "position_ids of the batch do not count 0, 1, 2, ... within each sequence; expected "
-            "PackedDataset(format='hf') items"
+            "PackedDataset(..., collate=CollateOptions(format='hf')) items"
         )
     return np.diff(np.append(starts, position_ids.shape[0]))
 
 
 class PackedRowsCollator:
-    """B `PackedDataset(format="hf")` items -> one flattened `[1, total]` batch.
+    """B `format="hf"` `PackedDataset` items -> one flattened `[1, total]` batch.
 
     ```
     dataset = PackedDataset(prepared, seed=0, collate=CollateOptions(pad_token_id=0, format="hf"))
@@ -112,7 +112,8 @@ class PackedRowsCollator:
                 # with packed rows (transformers would then ignore position_ids).
                 raise ConfigError(
                     f"item {k} has an attention_mask (format='padded' rows); PackedRowsCollator "
-                    "takes format='hf' items: PackedDataset(..., format='hf')"
+                    "takes format='hf' items: "
+                    "PackedDataset(..., collate=CollateOptions(format='hf'))"
                 )
         keys = list(_KEYS)
         if all("loss_weights" in item for item in items):
