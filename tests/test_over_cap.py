@@ -515,3 +515,26 @@ def test_bad_over_cap_rule_is_one_config_error(policy, max_seq_len, message) -> 
 def test_the_prepare_config_hands_out_its_rule(tmp_path: Path) -> None:
     config = small_config(tmp_path, over_cap="truncate")
     assert config.over_cap_rule == OverCap("truncate", config.max_seq_len)
+
+
+@pytest.mark.parametrize("policy", ["error", "drop", "truncate"])
+def test_load_prepared_exposes_the_rule_it_was_prepared_with(tmp_path: Path, policy) -> None:
+    # Training code asks `prepared.over_cap` (from the schema-checked manifest), never the raw
+    # config: cut_to is what the collator cuts a stored sequence to.
+    _write(tmp_path, [3, 10] if policy == "error" else [3, 10, 11])
+    prepare_dataset(small_config(tmp_path, over_cap=policy))
+    loaded = load_prepared(tmp_path / "out")
+    assert loaded.over_cap == OverCap(policy, 10)
+    assert loaded.over_cap.cut_to == (10 if policy == "truncate" else None)
+    # a repack to a smaller max_seq_len that cuts records truncate at the new cap
+    assert loaded.repack(max_seq_len=9, over_cap="truncate").over_cap == OverCap("truncate", 9)
+
+
+def test_prepared_over_cap_of_a_manifest_without_it_follows_filter_over_cap(
+    tmp_path: Path,
+) -> None:
+    _write(tmp_path, [3, 10, 11])
+    prepare_dataset(small_config(tmp_path, filter_over_cap=True))
+    _rewrite_manifest(tmp_path / "out", lambda manifest: manifest["config"].pop("over_cap"))
+    assert load_prepared(tmp_path / "out").over_cap == OverCap("drop", 10)
+    assert OverCap.from_config({"max_seq_len": 10}) == OverCap("error", 10)

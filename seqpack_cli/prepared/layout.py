@@ -40,6 +40,8 @@ from typing import Any
 
 import numpy as np
 
+from seqpack_cli.over_cap import OverCap
+
 __all__ = [
     "COUNTS_NAME",
     "FORMAT_NAME",
@@ -108,6 +110,13 @@ class Prepared:
     def max_seq_len(self) -> int:
         """The bin capacity the templates were packed for."""
         return int(self.manifest["config"]["max_seq_len"])
+
+    @property
+    def over_cap(self) -> OverCap:
+        """What prepare (or the last repack) did with sequences over `max_seq_len`, as the
+        `OverCap` rule: `over_cap.cut_to` is the length the collator cuts a stored sequence to
+        (truncate), None when every stored sequence fits whole."""
+        return OverCap.from_config(self.manifest["config"])
 
     @property
     def length_multiple(self) -> int:

@@ -32,6 +32,7 @@ import numpy as np
 
 from seqpack_cli.checks import check_int
 from seqpack_cli.errors import PreparedFormatError
+from seqpack_cli.over_cap import OverCap
 from seqpack_cli.prepared.consistency import (
     check_figures,
     check_templates,
@@ -443,8 +444,8 @@ def _load(root: Path, dir_fd: int, *, mmap: bool, verify: bool, max_mapped_pools
         manifest_sha256=digest,
     )
     if store:
-        truncated_at = config["max_seq_len"] if config.get("over_cap") == "truncate" else None
-        check_stored_lengths(root, store["tokens"], pools, truncated_at=truncated_at)
+        cut_to = OverCap.from_config(config).cut_to
+        check_stored_lengths(root, store["tokens"], pools, truncated_at=cut_to)
     # Last, so that a field of the manifest that breaks a rule is named as such.
     check_manifest_digest(root, manifest, actual=digest)
     if not mmap:

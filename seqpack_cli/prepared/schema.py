@@ -25,6 +25,7 @@ from typing import Any, NoReturn
 from seqpack_cli import __version__
 from seqpack_cli.checks import MAX_SEQ_LEN_LIMIT
 from seqpack_cli.errors import PreparedFormatError
+from seqpack_cli.over_cap import OVER_CAP
 from seqpack_cli.prepared.layout import (
     COUNTS_NAME,
     FORMAT_NAME,
@@ -233,7 +234,7 @@ _MANIFEST = _object(
                     "packer": (False, _string()),
                     "max_seqs_per_bin": (False, _integer(1, nullable=True)),
                     "filter_over_cap": (False, _boolean),
-                    "over_cap": (False, _string(choices=("error", "drop", "truncate", "split"))),
+                    "over_cap": (False, _string(choices=OVER_CAP)),
                 }
             ),
         ),
