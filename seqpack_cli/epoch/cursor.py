@@ -37,6 +37,15 @@ class EpochCursor:
     `EpochPlan(..., cursor=cursor)` deals the rest of the epoch, with any world size, rows per
     rank and balance. `to_state()` / `from_state()` convert it to and from plain ints and lists
     (what a checkpoint holds).
+
+    Args:
+        pending: global positions not consumed yet below `next_position`, ascending (default:
+            none).
+        next_position: the first global position of the unconsumed tail (default 0).
+
+    Raises:
+        ConfigError: for a position that is not an int >= 0, or pending positions that do not
+            ascend below `next_position`.
     """
 
     pending: tuple[int, ...] = ()
@@ -58,12 +67,26 @@ class EpochCursor:
         object.__setattr__(self, "next_position", next_position)
 
     def to_state(self) -> dict[str, Any]:
-        """The cursor as plain ints and a list of ints."""
+        """The cursor as plain ints and a list of ints, what a checkpoint holds.
+
+        Returns:
+            `{"pending": [int, ...], "next_position": int}`.
+        """
         return {"pending": list(self.pending), "next_position": self.next_position}
 
     @classmethod
     def from_state(cls, state: Mapping[str, Any]) -> EpochCursor:
-        """The cursor `to_state()` gave."""
+        """The cursor `to_state()` gave.
+
+        Args:
+            state: a mapping with the keys `pending` (a sequence of ints) and `next_position`.
+
+        Returns:
+            The `EpochCursor`.
+
+        Raises:
+            ConfigError: for a missing key or a value that is not a valid cursor.
+        """
         try:
             return cls(tuple(state["pending"]), state["next_position"])
         except (KeyError, TypeError) as error:

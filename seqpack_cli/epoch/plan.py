@@ -98,22 +98,9 @@ def _rank_options(rank: Any, world_size: Any) -> tuple[int, int]:
 class EpochPlan:
     """The bins of one epoch (of one rank), computed on demand; see the module docstring.
 
-    `templates`: a `Counter[BinTemplate]` or (template, multiplicity) pairs. `pools`: length ->
-    1-d integer array of ids (np.memmap welcome), one per length the templates use, holding
-    exactly as many ids as the templates have slots of that length (an empty pool for an unused
-    length is ignored; anything else is an InputError). `seed`: None for the canonical order, an
-    int (e.g. `seed_from_components(epoch)`) for a shuffled epoch. `rank`, `world_size`,
-    `drop_last`: sharding as torch's DistributedSampler. `tuning`: batch sizes and look-up tables
-    (`EpochTuning()` by default); it changes the speed and the memory, never the bins.
-
     Steps (`seqpack_cli.epoch.dealing`): a step is `world_size x rows_per_rank` bins, the rows
     every rank trains on at once; every rank gets `num_steps` steps, and step s of this rank is
-    its bins `s*B .. s*B + B - 1` (`plan.step(s)`). `balance=None` deals them as
-    DistributedSampler (today's order, whatever `rows_per_rank`); `balance="cost"` deals each
-    step's bins so that the ranks' costs are equal, a bin costing the sum over its sequences of
-    `cost_per_token * l + l**2` (see `seqpack_cli.hf.cost_per_token` for c), from windows of
-    `balance_window` steps. `cursor`: deal only what an earlier run left of the epoch
-    (`cursor_after(steps)` of that run's plan), with this plan's world size, rows and balance.
+    its bins `s*B .. s*B + B - 1` (`plan.step(s)`).
 
     `plan[k]` is the list of ids of this rank's k-th bin, `plan.lengths(k)` its template;
     `iter(plan)` / `plan.iter(start)` yield the bins in order (resume at any bin);
@@ -121,6 +108,35 @@ class EpochPlan:
     same as flat int64 arrays (ids, CSR offsets). Bins are computed in batches of up to 2**19
     ids: an iteration holds 35-50 MiB of work arrays, whatever the size of the epoch; the plan
     itself holds its tables and a copy of the smallest pools (at most 8 MiB).
+
+    Args:
+        templates: a `Counter[BinTemplate]` or (template, multiplicity) pairs.
+        pools: length -> 1-d integer array of ids (np.memmap welcome), one per length the
+            templates use, holding exactly as many ids as the templates have slots of that
+            length (an empty pool for an unused length is ignored; anything else is an
+            InputError).
+        seed: None (the default) for the canonical order, any int64 (e.g.
+            `seed_from_components(epoch)`) for a shuffled epoch.
+        rank, world_size, drop_last: sharding as torch's DistributedSampler (defaults 0, 1,
+            False: one rank, the whole epoch).
+        tuning: batch sizes and look-up tables (None: `EpochTuning()`); it changes the speed
+            and the memory, never the bins.
+        rows_per_rank: the bins each rank trains on per step (default 1).
+        balance: None (the default) deals the steps' bins as DistributedSampler (today's
+            order, whatever `rows_per_rank`); "cost" deals each step's bins so that the ranks'
+            costs are equal, a bin costing the sum over its sequences of
+            `cost_per_token * l + l**2`, from windows of `balance_window` steps.
+        cost_per_token: c of that cost, a finite number >= 0 (see
+            `seqpack_cli.hf.cost_per_token`); required with balance="cost".
+        balance_window: the steps per balancing window.
+        cursor: deal only what an earlier run left of the epoch (`cursor_after(steps)` of that
+            run's plan, or its `to_state()` dict), with this plan's world size, rows and
+            balance; None (the default): the whole epoch.
+
+    Raises:
+        ConfigError: for a bad seed, rank, world_size, rows_per_rank, balance, cost_per_token,
+            balance_window, tuning or cursor.
+        InputError: for pools that do not match the templates' slots.
     """
 
     def __init__(
@@ -212,7 +228,14 @@ class EpochPlan:
         )
 
     def lengths(self, k: int) -> Template:
-        """The template (lengths, descending) of this rank's bin k."""
+        """The template of this rank's bin k.
+
+        Args:
+            k: the bin's index among this rank's bins (negative counts from the end).
+
+        Returns:
+            The template, a tuple of lengths, descending.
+        """
         return self._tables.templates[self._tables.template_of(self._canonical_bin(k))]
 
     def __getitem__(self, k: int) -> list[int]:
@@ -222,7 +245,17 @@ class EpochPlan:
         return self.iter()
 
     def iter(self, start: int = 0) -> Iterator[list[int]]:
-        """Yield this rank's bins from bin `start` on (resume: start = bins already consumed)."""
+        """This rank's bins from bin `start` on, in order.
+
+        Args:
+            start: the first bin (resume: the bins already consumed), 0 to `len(plan)`.
+
+        Returns:
+            An iterator of bins, each a list of ids.
+
+        Raises:
+            ConfigError: for a `start` outside 0 .. len(plan).
+        """
         start = check_int(
             "start",
             start,
@@ -236,14 +269,31 @@ class EpochPlan:
         return itertools.chain.from_iterable(self._blocks(start, self._len, ramp=True))
 
     def bins(self, start: int, stop: int) -> list[list[int]]:
-        """This rank's bins `start .. stop-1` (slice semantics: negative values count from the
-        end, out-of-range values are clipped), computed vectorised."""
+        """This rank's bins `start .. stop-1`, computed vectorised.
+
+        Args:
+            start, stop: the bins' range, with slice semantics (negative values count from the
+                end, out-of-range values are clipped).
+
+        Returns:
+            The bins, each a list of ids.
+        """
         first, last, _ = slice(start, stop).indices(self._len)
         return list(itertools.chain.from_iterable(self._blocks(first, last, ramp=False)))
 
     def step(self, s: int) -> list[list[int]]:
-        """This rank's bins of step `s` (`rows_per_rank` of them; fewer only in the last step of
-        an unbalanced plan whose rank's bins `rows_per_rank` does not divide)."""
+        """This rank's bins of step `s`.
+
+        Args:
+            s: the step, 0 to `num_steps - 1`.
+
+        Returns:
+            The bins, each a list of ids: `rows_per_rank` of them; fewer only in the last step of
+            an unbalanced plan whose rank's bins `rows_per_rank` does not divide.
+
+        Raises:
+            ConfigError: for a step outside the epoch.
+        """
         s = check_int(
             "step",
             s,
@@ -255,11 +305,16 @@ class EpochPlan:
         return self.bins(s * self.rows_per_rank, (s + 1) * self.rows_per_rank)
 
     def bin_arrays(self, start: int, stop: int) -> tuple[np.ndarray, np.ndarray]:
-        """This rank's bins `start .. stop-1` (slice semantics, as `bins`) as arrays, with no
-        Python object per id: `(ids, offsets)`, int64, bin i's ids being
-        `ids[offsets[i]:offsets[i + 1]]` (CSR layout; `len(offsets)` is the number of bins
-        plus one). Equal to `bins(start, stop)`, ~1.7x faster; memory is the output plus
-        one batch of work arrays."""
+        """This rank's bins `start .. stop-1` as arrays, with no Python object per id. Equal to
+        `bins(start, stop)`, ~1.7x faster; memory is the output plus one batch of work arrays.
+
+        Args:
+            start, stop: the bins' range, with slice semantics (as `bins`).
+
+        Returns:
+            `(ids, offsets)`, int64, bin i's ids being `ids[offsets[i]:offsets[i + 1]]` (CSR
+            layout; `len(offsets)` is the number of bins plus one).
+        """
         first, last, _ = slice(start, stop).indices(self._len)
         scratch = self._drawer.scratch()
         return self._draw_arrays(
@@ -271,9 +326,15 @@ class EpochPlan:
         )
 
     def step_templates(self, first: int, last: int) -> np.ndarray:
-        """The templates (indices into `plan.templates`) of every rank's bins in steps
-        first..last-1: int64 `[steps, world_size, rows_per_rank]`, -1 where a rank has no bin.
-        What each rank trains on in each step, known to every rank without communication."""
+        """What each rank trains on in each step, known to every rank without communication.
+
+        Args:
+            first, last: the steps `first .. last-1`, with slice semantics over the steps.
+
+        Returns:
+            The templates (indices into `plan.templates`) of every rank's bins, int64
+            `[steps, world_size, rows_per_rank]`, -1 where a rank has no bin.
+        """
         bins = self._step_bins(first, last)
         missing = bins < 0
         scratch = Scratch()
@@ -283,9 +344,16 @@ class EpochPlan:
         return t
 
     def step_costs(self, first: int, last: int) -> np.ndarray:
-        """Each rank's cost in steps first..last-1, float64 `[steps, world_size]`: the sum over
-        its bins of the template costs (`cost_per_token * l + l**2` summed over the sequences;
-        c = 0 when the plan has no cost_per_token)."""
+        """Each rank's cost in each step.
+
+        Args:
+            first, last: the steps `first .. last-1`, with slice semantics over the steps.
+
+        Returns:
+            float64 `[steps, world_size]`: the sum over a rank's bins of the template costs
+            (`cost_per_token * l + l**2` summed over the sequences; c = 0 when the plan has no
+            cost_per_token).
+        """
         costs = getattr(self, "_template_costs", None)
         if costs is None:
             costs = template_costs(self.templates, self.cost_per_token or 0.0)
@@ -294,8 +362,15 @@ class EpochPlan:
         return per_bin.sum(axis=2)
 
     def step_id_arrays(self, first: int, last: int) -> tuple[np.ndarray, np.ndarray]:
-        """The ids of every rank's bins in steps first..last-1, as `bin_arrays` gives them:
-        `(ids, offsets)`, the bins in `[step, rank, row]` order (missing bins left out)."""
+        """The ids of every rank's bins in some steps.
+
+        Args:
+            first, last: the steps `first .. last-1`, with slice semantics over the steps.
+
+        Returns:
+            `(ids, offsets)` as `bin_arrays` gives them, the bins in `[step, rank, row]` order
+            (missing bins left out).
+        """
         bins = self._step_bins(first, last).ravel()
         bins = bins[bins >= 0]
         scratch = self._drawer.scratch()
@@ -304,9 +379,18 @@ class EpochPlan:
         return self._draw_arrays(chunks, scratch)
 
     def cursor_after(self, steps: int) -> EpochCursor:
-        """What is left of the epoch once every rank has taken `steps` steps: pass it as
-        `EpochPlan(..., cursor=...)` (any world size, rows per rank and balance) to deal exactly
-        the bins not dealt yet, each once."""
+        """What is left of the epoch once every rank has taken `steps` steps.
+
+        Args:
+            steps: the steps taken, 0 to `num_steps`.
+
+        Returns:
+            The `EpochCursor`: pass it as `EpochPlan(..., cursor=...)` (any world size, rows per
+            rank and balance) to deal exactly the bins not dealt yet, each once.
+
+        Raises:
+            ConfigError: for a number of steps outside 0 .. num_steps.
+        """
         steps = check_int(
             "steps",
             steps,
@@ -493,8 +577,22 @@ def materialize_epoch(
 
     The reference signature, `materialize_epoch(templates, length_to_indices, seed=None)`
     (`length_to_indices`: length -> ids of that length, the pools of an `EpochPlan`), plus
-    sharding (`rank`, `world_size`, `drop_last`) and resume (`start`). Arguments are validated
-    at the call, not at the first `next()`.
+    sharding and resume. Arguments are validated at the call, not at the first `next()`.
+
+    Args:
+        templates: a `Counter[BinTemplate]` or (template, multiplicity) pairs.
+        length_to_indices: length -> ids of that length (the pools of an `EpochPlan`).
+        seed: None (the default) for the canonical order, any int64 for a shuffled epoch.
+        rank, world_size, drop_last: sharding as torch's DistributedSampler (defaults 0, 1,
+            False: the whole epoch).
+        start: the first bin of this rank to yield (resume: the bins already consumed).
+
+    Returns:
+        An iterator of this rank's bins, each a list of ids.
+
+    Raises:
+        ConfigError: as `EpochPlan` and `EpochPlan.iter`.
+        InputError: for pools that do not match the templates' slots.
     """
     plan = EpochPlan(
         templates, length_to_indices, seed, rank=rank, world_size=world_size, drop_last=drop_last
