@@ -211,12 +211,6 @@ def _check_ids_from(prepared: Prepared, id_column: str | None, shown: Path | Non
         )
 
 
-def _truncates(prepared: Prepared) -> bool:
-    """Whether `prepared` was made with `--over-cap truncate` (the collator then keeps the first
-    max_seq_len tokens of a longer sequence)."""
-    return bool(prepared.manifest.get("config", {}).get("over_cap") == "truncate")
-
-
 def check_token_source(source: FlatTokenSource, prepared: Prepared | str | os.PathLike[str]) -> int:
     """Check that `source` holds every id of `prepared`'s pools with exactly the pool's length
     (at least `max_seq_len` for the longest pool of a `--over-cap truncate` prepare); return the
@@ -247,7 +241,7 @@ def _check_against(
     return check_pool_lengths(
         source,
         prepared.pools,
-        truncated_at=prepared.max_seq_len if _truncates(prepared) else None,
+        truncated_at=prepared.over_cap.cut_to,
         name=f"token source {shown}" if shown is not None else "token source",
         locate=locate,
     )
@@ -402,8 +396,7 @@ def write_token_source(
             write_id_index(staging.path, id_column, row_locator(info["inputs"]["files"]))
         (staging.path / INFO_NAME).write_text(json.dumps(info, indent=1) + "\n", "utf-8")
         if role in COUNTED_ROLES:
-            truncates = prepared is not None and _truncates(prepared)
-            truncated_to = prepared.max_seq_len if prepared is not None and truncates else None
+            truncated_to = None if prepared is None else prepared.over_cap.cut_to
             write_num_targets(staging.path, role, truncated_to=truncated_to)
         if prepared is not None:
             _check_against(FlatTokenSource.open(staging.path), prepared, output)
