@@ -167,9 +167,25 @@ def build_packing_attention_bias(
     row is all -inf (softmax never yields NaN). Add it to the raw scores before the softmax (or
     pass it as `attn_mask` to `scaled_dot_product_attention`); it broadcasts over heads.
 
-    `dtype` defaults to float32 and must be floating; `device` defaults to the device of
-    `sequence_ids`. Memory is B * L * L elements of `dtype` (plus a bool temporary of the same
-    count): for long rows prefer `build_packing_cu_seqlens` or `build_flex_block_mask`.
+    Memory is B * L * L elements of `dtype` (plus a bool temporary of the same count): for long
+    rows prefer `build_packing_cu_seqlens` or `build_flex_block_mask`.
+
+    Args:
+        sequence_ids: per-token sequence ids, `[B, L]` or `[L]` (one row), any integer
+            tensor or array-like; a segment is a run of equal ids within a row.
+        dtype: the bias's dtype, floating (None, the default: torch.float32).
+        device: where the bias is built (None, the default: the device of `sequence_ids`).
+        causal: also block keys after the query (j > i); default False.
+        attention_mask: 1 on real tokens, 0 on padding, shaped like `sequence_ids`; None (the
+            default): every position is real.
+
+    Returns:
+        The bias, `[B, 1, L, L]` of `dtype` (`B = 1` for a 1-D input).
+
+    Raises:
+        InputError: for `sequence_ids` that are not integers or not 1-D/2-D, or an
+            `attention_mask` of another shape.
+        ConfigError: for a `dtype` that is not floating.
     """
     torch = require_torch()
     dtype = torch.float32 if dtype is None else dtype
@@ -208,7 +224,24 @@ def build_packing_cu_seqlens(
 
     With `max_num_seqs=K` the tensor always has K + 1 entries, the unused tail repeating the total
     (empty segments, which varlen kernels skip), so its shape stays fixed for
-    `torch.compile(dynamic=False)`; a batch holding more than K segments raises `ConfigError`.
+    `torch.compile(dynamic=False)`.
+
+    Args:
+        sequence_ids: per-token sequence ids, `[B, L]` or `[L]` (one row), any integer
+            tensor or array-like; a segment is a run of equal ids within a row.
+        attention_mask: 1 on real tokens, 0 on padding, shaped like `sequence_ids`; None (the
+            default): every position is real.
+        max_num_seqs: K, the fixed number of segments `cu_seqlens` makes room for; None (the
+            default): exactly the batch's segments.
+
+    Returns:
+        `(cu_seqlens, max_seqlen)`: int32 `[num_segments + 1]` (`[K + 1]` with
+        `max_num_seqs`) on the device of `sequence_ids`, and a Python int.
+
+    Raises:
+        InputError: for `sequence_ids` that are not integers or not 1-D/2-D, or an
+            `attention_mask` of another shape.
+        ConfigError: for a bad `max_num_seqs`, or a batch holding more than K segments.
     """
     torch = require_torch()
     ids, mask = _as_rows(sequence_ids, attention_mask)
@@ -233,6 +266,19 @@ def build_position_ids(sequence_ids: Any, attention_mask: Any = None) -> torch.T
     This is what Hugging Face's padding-free path (position_ids-based) and MaxText's
     `*_position` features expect. Padding positions (mask 0) get 0; real tokens count only the
     real tokens of their segment.
+
+    Args:
+        sequence_ids: per-token sequence ids, `[B, L]` or `[L]` (one row), any integer
+            tensor or array-like; a segment is a run of equal ids within a row.
+        attention_mask: 1 on real tokens, 0 on padding, shaped like `sequence_ids`; None (the
+            default): every position is real.
+
+    Returns:
+        The positions, int64, shaped like `sequence_ids`.
+
+    Raises:
+        InputError: for `sequence_ids` that are not integers or not 1-D/2-D, or an
+            `attention_mask` of another shape.
     """
     torch = require_torch()
     sequence_ids = torch.as_tensor(sequence_ids)  # keep the caller's shape for the result
@@ -251,8 +297,21 @@ def build_position_ids(sequence_ids: Any, attention_mask: Any = None) -> torch.T
 def build_segment_ids(sequence_ids: Any, attention_mask: Any = None) -> torch.Tensor:
     """MaxText / Grain segment ids: 1, 2, 3, ... per segment within each row, 0 on padding.
 
-    Returns int64 with the input's shape. Without `attention_mask` every position is real, so
-    padding that carries an id of its own is numbered like a sequence.
+    Without `attention_mask` every position is real, so padding that carries an id of its own
+    is numbered like a sequence.
+
+    Args:
+        sequence_ids: per-token sequence ids, `[B, L]` or `[L]` (one row), any integer
+            tensor or array-like; a segment is a run of equal ids within a row.
+        attention_mask: 1 on real tokens, 0 on padding, shaped like `sequence_ids`; None (the
+            default): every position is real.
+
+    Returns:
+        The segment ids, int64, shaped like `sequence_ids`.
+
+    Raises:
+        InputError: for `sequence_ids` that are not integers or not 1-D/2-D, or an
+            `attention_mask` of another shape.
     """
     torch = require_torch()
     sequence_ids = torch.as_tensor(sequence_ids)  # keep the caller's shape for the result
@@ -274,9 +333,25 @@ def build_flex_block_mask(
     `build_packing_attention_bias`. The block structure is exactly what
     `create_block_mask(mask_mod, B, None, L, L, BLOCK_SIZE=block_size)` gives, but computed from
     each block's range of segment numbers in O(B * (L / block_size)^2) instead of evaluating the
-    mask_mod on all B * L * L pairs. The block mask lives on the device of `sequence_ids`; pass
-    it as `flex_attention(q, k, v, block_mask=...)`. Raises `ConfigError` when the installed
-    torch has no `torch.nn.attention.flex_attention`.
+    mask_mod on all B * L * L pairs.
+
+    Args:
+        sequence_ids: per-token sequence ids, `[B, L]` or `[L]` (one row), any integer
+            tensor or array-like; a segment is a run of equal ids within a row.
+        attention_mask: 1 on real tokens, 0 on padding, shaped like `sequence_ids`; None (the
+            default): every position is real.
+        causal: also block keys after the query (j > i); default True.
+        block_size: FlexAttention's block size (default 128), a positive int.
+
+    Returns:
+        A `torch.nn.attention.flex_attention.BlockMask` on the device of `sequence_ids`; pass it
+        as `flex_attention(q, k, v, block_mask=...)`.
+
+    Raises:
+        InputError: for `sequence_ids` that are not integers or not 1-D/2-D, or an
+            `attention_mask` of another shape.
+        ConfigError: for a bad `block_size`, or when the installed torch has no
+            `torch.nn.attention.flex_attention`.
     """
     torch = require_torch()
     try:
