@@ -19,6 +19,7 @@ from typing import Any
 import numpy as np
 
 from seqpack_cli.errors import InputError, PreparedFormatError
+from seqpack_cli.over_cap import OverCap
 from seqpack_cli.prepared.layout import STORE_ROLES, TOKEN_STORE_KEY
 from seqpack_cli.prepared.pool_files import pool_file_name
 from seqpack_cli.prepared.schema import unusable
@@ -134,7 +135,7 @@ def open_store(
     store = manifest.get(TOKEN_STORE_KEY) or {}
     sources: dict[str, FlatTokenSource] = {}
     num_rows = manifest.get("inputs", {}).get("num_rows")
-    split = manifest["config"].get("over_cap") == "split"
+    split = OverCap.from_config(manifest["config"]).splits
     if split and num_rows is not None:  # each split sequence is stored as its pieces
         summary = manifest.get("summary", {})
         num_rows += summary.get("num_pieces", 0) - summary.get("num_split", 0)
