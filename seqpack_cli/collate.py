@@ -35,6 +35,7 @@ from seqpack_cli.checks import check_int
 from seqpack_cli.context_parallel import check_cp_options, lay_out_thd, shift_labels
 from seqpack_cli.errors import ConfigError, InputError, option
 from seqpack_cli.masking import check_max_num_seqs, require_torch, too_many_sequences_error
+from seqpack_cli.over_cap import OverCap
 from seqpack_cli.token_sources import FlatTokenSource, fetch, shown
 
 __all__ = [
@@ -160,7 +161,7 @@ def _first_tokens(
     values: np.ndarray, lengths: np.ndarray, cap: int
 ) -> tuple[np.ndarray, np.ndarray]:
     """The first `cap` values of every sequence (values back to back, `lengths` each)."""
-    kept = np.minimum(lengths, cap)
+    kept = OverCap("truncate", cap).cut(lengths)
     if np.array_equal(kept, lengths):
         return values, lengths
     starts = np.cumsum(lengths) - lengths
@@ -226,8 +227,22 @@ def pack_one_bin(
     padding (`pad_token_id`) reuses the last sequence's id. Causal attention never lets a real
     token see that padding, since it comes last; for anything else pass the builders an
     `attention_mask` (1 on the bin's first sum-of-lengths positions), or use `PackedCollator`,
-    whose padding has an id of its own. Raises `InputError` when the bin's tokens exceed
-    `max_seq_len`.
+    whose padding has an id of its own.
+
+    Args:
+        bin_seq_ids: the bin, a non-empty sequence of sequence ids.
+        raw_dataset: the token source, indexed by those ids (see the module docstring).
+        max_seq_len: L, the row length.
+        pad_token_id: the token that fills the row after the bin's tokens.
+
+    Returns:
+        `(tokens, sequence_ids)`, two int64 torch tensors of shape `[max_seq_len]`.
+
+    Raises:
+        InputError: for an empty bin, an id the source lacks, or a bin whose tokens exceed
+            `max_seq_len`.
+        ConfigError: for a bad `max_seq_len` or `pad_token_id`; its `MissingDependencyError`
+            without torch.
     """
     torch = require_torch()
     max_seq_len = check_int("max_seq_len", max_seq_len, minimum=1)
@@ -248,9 +263,22 @@ class CollateOptions:
 
     Every field is the `PackedCollator` keyword of that name (see its docstring); the datasets
     take one `CollateOptions` as `collate=` and bind it to their token source and `max_seq_len`
-    (`PackedCollator.from_options`). `truncate=None` keeps the prepared directory's policy (the
-    collator truncates what `prepare --over-cap truncate` cut); a bool overrides it. The values
-    are checked when a collator is built from them.
+    (`PackedCollator.from_options`). The values are checked when a collator is built from them.
+
+    Args:
+        pad_token_id: the token that fills padding.
+        label_pad_id: the label of positions that are no target (default -100).
+        format: the batch layout: "padded" (the default), "padding_free", "hf", "maxtext" or
+            "thd".
+        return_loss_weights: add per-sequence normalised `loss_weights` (default False).
+        max_num_seqs: fix `cu_seqlens` at this many sequences plus one (default None: not
+            fixed).
+        truncate: None (the default) keeps the prepared directory's policy (the collator
+            truncates what `prepare --over-cap truncate` cut); a bool overrides it.
+        pad_to: pad every flattened batch to exactly this many tokens (default None).
+        cp_size, cp_rank: context parallelism for format="thd" (defaults 1 and 0).
+        length_multiple: with format="thd", pad every sequence to a multiple of this (default
+            None: `2 * cp_size`).
     """
 
     pad_token_id: int
@@ -356,6 +384,30 @@ class PackedCollator:
     normalised loss is `(loss_weights * token_loss).sum() / num_sequences_with_targets` instead
     of the per-token mean. (With "hf", pop it before `model(**batch)`; with "thd" the weights
     are shifted with the labels.)
+
+    Args:
+        token_source: sequence id -> tokens (see the module docstring and
+            `seqpack_cli.token_sources`).
+        max_seq_len: the length of one packed row (a bin's most tokens).
+        pad_token_id: the token that fills padding.
+        label_pad_id: the label of positions that are no target (default -100).
+        format: "padded" (the default), "padding_free", "hf", "maxtext" or "thd" (see above).
+        return_loss_weights: add `loss_weights` (see above); default False.
+        max_num_seqs: K, to fix `cu_seqlens` at K + 1 entries (see above); default None.
+        labels_source: per-token labels, read like the token source (see Labels above);
+            default None.
+        loss_mask_source: a per-token 0/1 loss mask instead (see Labels above); default None.
+        truncate: keep the first `max_seq_len` tokens of a longer sequence (see above);
+            default False.
+        pad_to: N, the fixed token count of a flattened batch (see above); default None.
+        cp_size, cp_rank: the context-parallel size and this rank, for format="thd" (defaults
+            1 and 0).
+        length_multiple: M, the multiple every sequence is padded to with format="thd"
+            (default None: `2 * cp_size`).
+
+    Raises:
+        ConfigError: for an unknown format, an option the format does not take, both
+            `labels_source` and `loss_mask_source`, or a bad value of any option.
     """
 
     def __init__(
@@ -439,8 +491,22 @@ class PackedCollator:
         loss_mask_source: Any = None,
         truncate: bool = False,
     ) -> PackedCollator:
-        """The collator of `options` over these sources; `truncate` stands where
-        `options.truncate` is None (the policy the sources were prepared with)."""
+        """The collator of `options` over these sources.
+
+        Args:
+            token_source: sequence id -> tokens, as for `PackedCollator`.
+            max_seq_len: the length of one packed row.
+            options: the layout, a `CollateOptions`.
+            labels_source, loss_mask_source: as for `PackedCollator` (default None).
+            truncate: the policy the sources were prepared with; it stands where
+                `options.truncate` is None (default False).
+
+        Returns:
+            The `PackedCollator`.
+
+        Raises:
+            ConfigError: for `options` that is not a `CollateOptions`, or as `PackedCollator`.
+        """
         if not isinstance(options, CollateOptions):
             raise ConfigError(
                 f"collate is a {type(options).__name__}; expected a CollateOptions, e.g. "
@@ -486,6 +552,21 @@ class PackedCollator:
         )
 
     def __call__(self, bins: Sequence[Sequence[int]]) -> dict[str, Any]:
+        """One batch of model inputs.
+
+        Args:
+            bins: the batch's bins, each a non-empty sequence of sequence ids (B rows).
+
+        Returns:
+            The batch, keyed as the class docstring lists for `format` (torch tensors and ints;
+            numpy int32 arrays for "maxtext").
+
+        Raises:
+            InputError: for an empty batch or bin, an id a source lacks, labels or a loss mask
+                whose length differs from the tokens', or a bin over `max_seq_len` (without
+                `truncate`).
+            ConfigError: for a batch over `max_num_seqs` sequences or `pad_to` tokens.
+        """
         layout = _lay_out(bins, self.token_source, self.max_seq_len, truncate=self.truncate)
         if self.format == "maxtext":
             return self._maxtext(layout)
