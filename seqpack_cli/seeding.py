@@ -26,6 +26,7 @@ from typing import Any, TypeVar
 import numpy as np
 
 from seqpack_cli.checks import check_int
+from seqpack_cli.errors import option
 
 __all__ = [
     "check_required_seed",
@@ -75,7 +76,7 @@ def check_seed(seed: Any, name: str = "seed", *, optional: bool = True) -> int |
 
     Args:
         seed: the value to check (a Python or numpy integer; None where `optional`).
-        name: the argument or option named in the error message.
+        name: the argument named in the error message (`--name` on the command line).
         optional: whether None is accepted (and returned as None).
 
     Returns:
@@ -88,7 +89,7 @@ def check_seed(seed: Any, name: str = "seed", *, optional: bool = True) -> int |
     if seed is None and optional:
         return None
     return check_int(
-        name,
+        option(name),
         seed,
         minimum=INT64_MIN,
         maximum=INT64_MAX,

@@ -47,7 +47,6 @@ __all__ = [
     "NO_PACKING_DESCRIPTION",
     "SEQUENTIAL_DESCRIPTION",
     "BaselineStats",
-    "check_sample_seed",
     "check_sample_size",
     "empty_baseline",
     "estimate_sequential_packing",
@@ -110,11 +109,6 @@ def check_sample_size(sample_size: Any) -> int:
         expected="a positive integer (sequences simulated for the sequential baseline)",
         fix=f"pass {name} 1 or more, e.g. {DEFAULT_SAMPLE_SIZE}",
     )
-
-
-def check_sample_seed(seed: Any) -> int:
-    """The sample's `seed` (the option `--seed`), checked by the one seed rule."""
-    return check_required_seed(seed, option("seed"))
 
 
 def sequential_description(
@@ -284,7 +278,7 @@ def estimate_sequential_packing(
     """
     max_seq_len = check_max_seq_len(max_seq_len)
     sample_size = check_sample_size(sample_size)
-    seed = check_sample_seed(seed)
+    seed = check_required_seed(seed)
     cap = check_max_seqs_per_bin(max_seqs_per_bin)
     lengths, counts = _kept_histogram(length_counts, max_seq_len)
     num_sequences = int(counts.sum())

@@ -269,7 +269,8 @@ class StatsRequest:
 
     def __post_init__(self) -> None:
         from seqpack_cli.checks import check_max_seq_len
-        from seqpack_cli.stats.baselines import check_sample_seed, check_sample_size
+        from seqpack_cli.seeding import check_required_seed
+        from seqpack_cli.stats.baselines import check_sample_size
         from seqpack_cli.stats.profile import check_top
         from seqpack_cli.stats.sweep import check_caps
 
@@ -287,7 +288,7 @@ class StatsRequest:
         object.__setattr__(self, "max_seq_lens", lens)
         object.__setattr__(self, "top", check_top(self.top))
         object.__setattr__(self, "sample_size", check_sample_size(self.sample_size))
-        object.__setattr__(self, "seed", check_sample_seed(self.seed))
+        object.__setattr__(self, "seed", check_required_seed(self.seed))
         object.__setattr__(self, "prepared_dir", self._prepared_source())
         self._check_combination()
         object.__setattr__(self, "rank_balance", self._rank_balance_options())

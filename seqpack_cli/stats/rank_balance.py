@@ -84,7 +84,7 @@ class RankBalanceOptions:
             fix=f"pass the steps per balancing window (default {DEFAULT_BALANCE_WINDOW})",
         )
         object.__setattr__(self, "balance_window", window)
-        seed = check_required_seed(self.seed, option("seed"))
+        seed = check_required_seed(self.seed)
         object.__setattr__(self, "seed", seed)
 
     @property

@@ -37,10 +37,10 @@ from seqpack_cli.packing.efficiency import PackingStats
 from seqpack_cli.packing.histogram import BinTemplate, pack_length_histogram_batched
 from seqpack_cli.packing.packed import bound_of_packing
 from seqpack_cli.progress import ProgressCallback
+from seqpack_cli.seeding import check_required_seed
 from seqpack_cli.stats.baselines import (
     DEFAULT_SAMPLE_SIZE,
     BaselineStats,
-    check_sample_seed,
     check_sample_size,
     empty_baseline,
     estimate_sequential_packing,
@@ -305,7 +305,7 @@ def sweep_max_seq_len(
     """
     candidates = check_candidates(max_seq_lens)
     caps = check_caps(max_seqs_per_bin)
-    options = _SweepOptions(check_sample_size(sample_size), check_sample_seed(seed))
+    options = _SweepOptions(check_sample_size(sample_size), check_required_seed(seed))
     lengths, counts = histogram_arrays(length_counts)
     require_sequences(lengths)
     rows: list[SweepRow] = []
