@@ -122,6 +122,12 @@ class OverCap:
             np.minimum(lengths, self.max_seq_len, out=lengths)
         return lengths, ids
 
+    def cut(self, lengths: np.ndarray) -> np.ndarray:
+        """Each length as a sequence is read (a new array): truncate keeps the first
+        `max_seq_len` tokens of a longer one; the other policies read every stored sequence
+        whole."""
+        return np.minimum(lengths, self.max_seq_len) if self.truncates else lengths.copy()
+
     def pooled(self, lengths: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """(whether each row of `lengths` is in a pool, the length of the pool it would be in):
         the rows up to `max_seq_len`, and under truncate the longer ones too, in the pool of

@@ -538,3 +538,27 @@ def test_prepared_over_cap_of_a_manifest_without_it_follows_filter_over_cap(
     _rewrite_manifest(tmp_path / "out", lambda manifest: manifest["config"].pop("over_cap"))
     assert load_prepared(tmp_path / "out").over_cap == OverCap("drop", 10)
     assert OverCap.from_config({"max_seq_len": 10}) == OverCap("error", 10)
+
+
+def test_training_reads_the_cut_from_prepared_over_cap(tmp_path: Path) -> None:
+    # The datasets ask `prepared.over_cap`, not manifest["config"]: an object that carries only
+    # the rule is enough, and a raw config saying truncate without the rule is not read.
+    from types import SimpleNamespace
+
+    from seqpack_cli.data.epochs import truncated_by_prepare
+
+    assert truncated_by_prepare(SimpleNamespace(over_cap=OverCap("truncate", 8)))
+    assert not truncated_by_prepare(SimpleNamespace(over_cap=OverCap("drop", 8)))
+    raw = {"config": {"over_cap": "truncate", "max_seq_len": 8}}
+    assert not truncated_by_prepare(SimpleNamespace(manifest=raw))
+    _write(tmp_path, [3, 10, 11])
+    assert truncated_by_prepare(prepare_dataset(small_config(tmp_path, over_cap="truncate")))
+
+
+@given(st.lists(st.integers(0, 50), max_size=20), st.integers(1, 30), st.sampled_from(OVER_CAP))
+def test_over_cap_cut_is_what_the_collator_reads(lengths, cap, policy) -> None:
+    array = np.array(lengths, dtype=np.int64)
+    cut = OverCap(policy, cap).cut(array)
+    assert cut is not array and array.tolist() == lengths, "a new array; the input is unchanged"
+    expected = [min(n, cap) for n in lengths] if policy == "truncate" else lengths
+    assert cut.tolist() == expected

@@ -24,6 +24,7 @@ from seqpack_cli.epoch.cursor import EpochCursor
 from seqpack_cli.epoch.dealing import DEFAULT_BALANCE_WINDOW
 from seqpack_cli.epoch.plan import EpochPlan
 from seqpack_cli.errors import ConfigError, PreparedFormatError
+from seqpack_cli.over_cap import OverCap
 from seqpack_cli.seeding import check_required_seed, seed_from_components
 
 __all__ = [
@@ -97,13 +98,11 @@ def store_sources(
 
 
 def truncated_by_prepare(source: Any) -> bool:
-    """Whether `source` was prepared with `--over-cap truncate`: its pools then hold sequences
-    longer than max_seq_len under the length max_seq_len, and the collator keeps their first
-    tokens."""
-    manifest = getattr(source, "manifest", None)
-    return (
-        isinstance(manifest, Mapping) and manifest.get("config", {}).get("over_cap") == "truncate"
-    )
+    """Whether `source` was prepared with `--over-cap truncate` (`Prepared.over_cap`): its pools
+    then hold sequences longer than max_seq_len under the length max_seq_len, and the collator
+    keeps their first tokens."""
+    over_cap = getattr(source, "over_cap", None)
+    return isinstance(over_cap, OverCap) and over_cap.truncates
 
 
 def _stored_counts(
