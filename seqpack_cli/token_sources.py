@@ -179,10 +179,22 @@ class FlatTokenSource:
     loss mask as 0/1 integers (e.g. uint8), for `PackedCollator(labels_source=...)` or
     `loss_mask_source=...`.
 
-    Sequence ids are the rows (0 .. len - 1) unless `ids` is given: then `ids` (ascending, no
-    duplicates) are the sequence ids and `rows[k]` is the row holding `ids[k]` (default: the
-    k-th row), looked up by binary search. `FlatTokenSource.open(path)` memory-maps a token
-    source directory (`seqpack_cli.prepare.token_files.write_token_source` writes one).
+    Sequence ids are the rows (0 .. len - 1) unless `ids` is given; then they are looked up by
+    binary search. `FlatTokenSource.open(path)` memory-maps a token source directory
+    (`seqpack_cli.prepare.token_files.write_token_source` writes one).
+
+    Args:
+        tokens: every sequence's values back to back, a 1-D integer array (np.memmap welcome).
+        offsets: where each sequence starts, plus the end: a non-decreasing 1-D integer array
+            within [0, len(tokens)], one entry more than there are sequences, e.g.
+            `np.concatenate([[0], np.cumsum(lengths)])`.
+        ids: the sequence ids, strictly increasing integers; None (the default): the rows are
+            the ids.
+        rows: with `ids`, `rows[k]` is the row holding `ids[k]` (default: the k-th row).
+
+    Raises:
+        InputError: for tokens or offsets of the wrong shape, dtype or order, ids that do not
+            increase, rows outside the source, or `rows` without `ids`.
     """
 
     def __init__(self, tokens: Any, offsets: Any, *, ids: Any = None, rows: Any = None) -> None:
@@ -253,16 +265,28 @@ class FlatTokenSource:
         dir_fd: int | None = None,
         fix: str = "write it again (write_token_source(..., overwrite=True))",
     ) -> FlatTokenSource:
-        """Memory-map the token source directory at `path` (see the module docstring); with
-        `dir_fd` (a descriptor of that directory), its files are opened through it, so they all
-        come from the directory it was opened on even if `path` is replaced meanwhile.
+        """Memory-map the token source directory at `path` (see the module docstring).
 
-        Raises `InputError`, one line ending in `fix`, when it is missing, incomplete or
-        inconsistent: a file that does not parse, `offsets.npy`, `ids.npy` or `rows.npy` not
-        exactly little-endian int64 (`<i8`), tokens of another byte order, offsets that do not
-        start at 0, decrease or do not end at the token count, ids not strictly increasing. The
-        source pickles as its path: DataLoader workers map the files themselves instead of
+        The source pickles as its path: DataLoader workers map the files themselves instead of
         receiving copies.
+
+        Args:
+            path: the token source directory.
+            dir_fd: a descriptor of that directory, or None (the default); given, its files are
+                opened through it, so they all come from the directory it was opened on even if
+                `path` is replaced meanwhile.
+            fix: how to mend a broken directory, the end of every error message (default: write
+                it again with `write_token_source(..., overwrite=True)`).
+
+        Returns:
+            The `FlatTokenSource`, its arrays memory-mapped read-only, `path` and `info` set.
+
+        Raises:
+            InputError: one line ending in `fix`, when the directory is missing, incomplete or
+                inconsistent: a file that does not parse, `offsets.npy`, `ids.npy` or
+                `rows.npy` not exactly little-endian int64 (`<i8`), tokens of another byte
+                order, offsets that do not start at 0, decrease or do not end at the token
+                count, ids not strictly increasing.
         """
         root = Path(path)
         try:
@@ -347,8 +371,19 @@ class FlatTokenSource:
         return self.tokens[self.offsets[row] : self.offsets[row + 1]]
 
     def find_rows(self, seq_ids: np.ndarray, *, missing: str = "raise") -> np.ndarray:
-        """The row holding each of `seq_ids` (the id itself without an id index); an id the
-        source lacks raises `InputError` (`missing="raise"`) or gets -1 (`missing="mark"`)."""
+        """The row holding each of `seq_ids` (the id itself without an id index).
+
+        Args:
+            seq_ids: the sequence ids (integers).
+            missing: what an id the source lacks gets: "raise" (the default) raises
+                `InputError`, "mark" gives it row -1.
+
+        Returns:
+            The rows, int64, one per id.
+
+        Raises:
+            InputError: for an id the source lacks, with missing="raise".
+        """
         seq_ids = np.asarray(seq_ids, dtype=np.int64)
         if self.ids is None:
             absent = (seq_ids < 0) | (seq_ids >= len(self))
@@ -378,8 +413,18 @@ class FlatTokenSource:
         )
 
     def sequence_lengths(self, seq_ids: np.ndarray, *, missing: str = "raise") -> np.ndarray:
-        """The length of each of `seq_ids` (int64) without reading tokens; with
-        `missing="mark"`, -1 for an id the source lacks instead of `InputError`."""
+        """The length of each of `seq_ids`, without reading tokens.
+
+        Args:
+            seq_ids: the sequence ids (integers).
+            missing: "raise" (the default) or "mark", as for `find_rows`.
+
+        Returns:
+            The lengths, int64, one per id (-1 for an id the source lacks, with "mark").
+
+        Raises:
+            InputError: for an id the source lacks, with missing="raise".
+        """
         rows = self.find_rows(seq_ids, missing=missing)
         found = rows >= 0
         safe = np.where(found, rows, 0)
@@ -392,6 +437,15 @@ class FlatTokenSource:
         Each sequence is one contiguous slice: copying the slices is 3-5x faster than one
         gather of every token's index (which builds and reads an int64 index per token), unless
         the sequences are so short that the per-slice cost dominates; then one gather.
+
+        Args:
+            seq_ids: the sequence ids (integers), in the order wanted.
+
+        Returns:
+            `(values, lengths)`: the values, int64, back to back, and each sequence's length.
+
+        Raises:
+            InputError: for an id the source lacks.
         """
         rows = self.find_rows(seq_ids)
         starts = self.offsets[rows]
