@@ -498,3 +498,28 @@ def test_thd_collator_with_cp_2_over_a_repack_with_multiple_4_never_asks_for_a_r
     with pytest.raises(InputError, match="repack"):
         for k in range(len(plain_bins)):
             collators[0](plain_bins[k : k + 1])
+
+
+def test_repack_of_a_manifest_without_over_cap_inherits_filter_over_cap_as_drop(
+    dataset: ParquetDataset, tmp_path: Path
+) -> None:
+    # A manifest written before `over_cap` records drop as `filter_over_cap: true`; its rule
+    # (`Prepared.over_cap`, the one a repack inherits) is drop, not error.
+    import json
+
+    from seqpack_cli.over_cap import OverCap
+    from seqpack_cli.prepared.integrity import seal_manifest
+
+    output = tmp_path / "prepared"
+    prepare_dataset(_config(dataset, output, MAX_SEQ_LEN, filter_over_cap=True))
+    manifest = json.loads((output / "manifest.json").read_text())
+    del manifest["config"]["over_cap"]
+    (output / "manifest.json").write_text(json.dumps(seal_manifest(manifest)))
+    prepared = load_prepared(output)
+    assert prepared.over_cap == OverCap("drop", MAX_SEQ_LEN)
+    repacked = prepared.repack(max_seq_len=200)
+    num_over = sum(1 for length in dataset.lengths if length > 200)
+    assert num_over > 0
+    assert max(repacked.counts) <= 200
+    assert sum(repacked.counts.values()) == len(dataset.lengths) - num_over
+    assert repacked.over_cap == OverCap("drop", 200)

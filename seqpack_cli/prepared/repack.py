@@ -24,6 +24,7 @@ from typing import Any
 
 from seqpack_cli.checks import check_max_seq_len, check_max_seqs_per_bin
 from seqpack_cli.errors import ConfigError
+from seqpack_cli.over_cap import OverCap
 from seqpack_cli.prepared.multiples import (
     check_length_multiple,
     multiple_padding,
@@ -50,7 +51,8 @@ def _origin(manifest: dict[str, Any]) -> dict[str, Any]:
     if _ORIGIN_KEY in config:
         return dict(config[_ORIGIN_KEY])
     over_cap = config.get("over_cap", "error")
-    truncated = manifest.get("summary", {}).get("num_truncated", 0) if over_cap == "truncate" else 0
+    cut = OverCap.from_config(config).truncates
+    truncated = manifest.get("summary", {}).get("num_truncated", 0) if cut else 0
     return {
         "max_seq_len": int(config["max_seq_len"]),
         "max_seqs_per_bin": config.get("max_seqs_per_bin"),
@@ -95,7 +97,8 @@ def repack_prepared(
     multiple = check_length_multiple(
         config.get("length_multiple") if length_multiple is None else length_multiple, limit
     )
-    policy = _policy(over_cap, config.get("over_cap", "error"))
+    prepared_with = OverCap.from_config(config)
+    policy = _policy(over_cap, prepared_with.policy)
     stored_cut = int(origin["num_truncated"])
     if stored_cut and limit > origin["max_seq_len"]:
         raise ConfigError(
@@ -105,8 +108,9 @@ def repack_prepared(
             f"<= {origin['max_seq_len']}, or prepare again with --max-seq-len {limit}"
         )
     exact, exact_counts = exact_pools(prepared.pools, prepared.counts)
-    kept = {length: count for length, count in exact_counts.items() if length <= limit and count}
-    over = {length: count for length, count in exact_counts.items() if length > limit and count}
+    rule = OverCap(policy, limit)
+    stored = {length: count for length, count in exact_counts.items() if count}
+    over = {length: count for length, count in stored.items() if length > limit}
     num_over = sum(over.values())
     if num_over and policy == "error":
         raise ConfigError(
@@ -115,15 +119,13 @@ def repack_prepared(
             f"over_cap='truncate' to keep their first {limit} tokens, or max_seq_len >= "
             f"{max(over)}"
         )
-    if num_over and policy == "truncate":
-        kept[limit] = kept.get(limit, 0) + num_over
-    if not kept:
+    counts = rule.kept_histogram(stored)
+    if not counts:
         raise ConfigError(
             f"all {num_over} sequences of {prepared.path} are longer than max_seq_len={limit}, "
             f"so nothing is left to pack; raise max_seq_len (the shortest has {min(over)} "
             "tokens), or pass over_cap='truncate'"
         )
-    counts = dict(sorted(kept.items()))
     packed = pack_slots(
         counts,
         limit,
@@ -137,15 +139,15 @@ def repack_prepared(
         templates[tuple(sorted((int(x) for x in template), reverse=True))] += int(number)
     # Sequences the collator must cut: those over the new limit kept by truncate, and those
     # prepare cut, while they stay at the length it cut them to.
-    cut = (num_over if policy == "truncate" else 0) + (
+    cut = (num_over if rule.truncates else 0) + (
         stored_cut if limit == origin["max_seq_len"] else 0
     )
     recorded = "truncate" if cut else policy
-    if policy == "error" and config.get("over_cap") == "split":
+    if policy == "error" and prepared_with.splits:
         recorded = "split"  # nothing was over: the stored pieces stand as prepare cut them
     pools: Any = exact
     if multiple > 1 or num_over:
-        pools = SlotPools(exact, exact_counts, limit, multiple, truncate=policy == "truncate")
+        pools = SlotPools(exact, exact_counts, limit, multiple, truncate=rule.truncates)
     new_manifest = _manifest(
         manifest,
         origin,
