@@ -60,8 +60,10 @@ def corpus() -> tuple[list[int], Counter, dict[int, np.ndarray], list[list[int]]
 
 def _iterable(corpus: Any, **kwargs: Any) -> PackedIterableDataset:
     _, templates, pools, tokens = corpus
-    options = {"max_seq_len": MAX_SEQ_LEN, "pad_token_id": PAD, "seed": 7, **kwargs}
-    return PackedIterableDataset((templates, pools), tokens, **options)
+    options = {"max_seq_len": MAX_SEQ_LEN, "seed": 7, **kwargs}
+    return PackedIterableDataset(
+        (templates, pools), tokens, collate=CollateOptions(pad_token_id=PAD), **options
+    )
 
 
 def _plan(corpus: Any, epoch: int = 0, **kwargs: Any) -> EpochPlan:
@@ -398,7 +400,7 @@ def test_prepared_pools_are_reopened_not_pickled(corpus: Any, tmp_path: Any) -> 
     templates, pools = next_fit_plan(lengths, MAX_SEQ_LEN)
     big = (lengths, templates, pools, _token_source(lengths))
     prepared = _write_prepared(big, tmp_path / "prepared")
-    options = {"pad_token_id": PAD, "seed": 7, "max_seq_len": MAX_SEQ_LEN}
+    options = {"collate": CollateOptions(pad_token_id=PAD), "seed": 7, "max_seq_len": MAX_SEQ_LEN}
     from_dir = PackedIterableDataset(prepared, big[3], **options)
     from_pair = PackedIterableDataset((templates, pools), big[3], **options)
     assert len(pickle.dumps(from_pair)) - len(pickle.dumps(from_dir)) > 8 * len(lengths)
