@@ -7,6 +7,7 @@
 -- would be a HUGEINT.
 -- Parameters: $paths, $columns ({length column: type, id column: type}, in that order),
 -- $max_seq_len, $truncate.
+-- ($max_seq_len and $truncate are over_cap.OverCap.sql_params(): the rule decides, not the caller.)
 SELECT CAST(least(length, $max_seq_len) AS INTEGER) AS length, CAST(id AS BIGINT) AS id
 FROM read_parquet($paths, hive_partitioning = false, bound_schema = $columns) AS input(length, id)
 WHERE $truncate OR length <= $max_seq_len

@@ -6,6 +6,7 @@
 -- (as in pool_rows_by_id.sql).
 -- file_index and file_row_number are DuckDB's virtual columns: only the length column is bound.
 -- Parameters: $paths, $columns ({length column: type}), $max_seq_len, $truncate.
+-- ($max_seq_len and $truncate are over_cap.OverCap.sql_params(): the rule decides, not the caller.)
 SELECT CAST(least(length, $max_seq_len) AS INTEGER) AS length, file_index, file_row_number
 FROM read_parquet($paths, hive_partitioning = false, bound_schema = $columns) AS input(length)
 WHERE $truncate OR length <= $max_seq_len

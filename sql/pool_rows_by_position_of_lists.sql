@@ -1,6 +1,7 @@
 -- pool_rows_by_position_of_lists: pool_rows_by_position.sql for a length column of token lists
 -- (the length is the number of elements, DuckDB's len).
 -- Parameters: $paths, $columns ({length column: its DuckDB list type}), $max_seq_len, $truncate.
+-- ($max_seq_len and $truncate are over_cap.OverCap.sql_params(): the rule decides, not the caller.)
 SELECT CAST(least(len(tokens), $max_seq_len) AS INTEGER) AS length, file_index, file_row_number
 FROM read_parquet($paths, hive_partitioning = false, bound_schema = $columns) AS input(tokens)
 WHERE $truncate OR len(tokens) <= $max_seq_len
