@@ -114,6 +114,8 @@ class PackedIterableDataset(PackedEpochs, IterableDataset):
             (`EpochPlan`): None (the default) or "cost".
         grad_accum: micro-batches (items) per optimizer step, for `num_items_in_batch`.
         return_num_items_in_batch: add `num_items_in_batch` (a 0-d int64 tensor) to every item.
+        **collator_options: `CollateOptions`' fields as keywords, the way before `collate=`:
+            deprecated, each with a `DeprecationWarning`; not with `collate=` (`ConfigError`).
     """
 
     def __init__(
@@ -180,7 +182,11 @@ class PackedIterableDataset(PackedEpochs, IterableDataset):
 
     def set_epoch(self, epoch: int) -> None:
         """Move to epoch `epoch` (its first bin); setting the current epoch again changes
-        nothing, so `load_state_dict(state)` followed by `set_epoch(state["epoch"])` resumes."""
+        nothing, so `load_state_dict(state)` followed by `set_epoch(state["epoch"])` resumes.
+
+        Args:
+            epoch: the epoch, an int >= 0.
+        """
         if self._switch_epoch(epoch):
             self._start = self._position = 0
 
@@ -227,6 +233,15 @@ class PackedIterableDataset(PackedEpochs, IterableDataset):
             num_bins_taken: with a plain DataLoader with workers, the rows (bins, not batches)
                 taken from it since this pass began. None: the count of this dataset (iterated
                 in this process) or of its `PackedDataLoader`.
+
+        Returns:
+            `{"epoch", "num_bins_consumed", "num_bins", "seed", "rank", ...}` with the layout
+            (`world_size`, `rows_per_rank`, `balance`, `cost_per_token`, `balance_window`,
+            `drop_last`) and the epoch's `cursor` as a dict: plain Python values, so that
+            `load_state_dict` resumes on any layout.
+
+        Raises:
+            ConfigError: for a `num_bins_taken` beyond this pass's bins.
         """
         if num_bins_taken is None:
             consumed = self._position
@@ -251,7 +266,15 @@ class PackedIterableDataset(PackedEpochs, IterableDataset):
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
         """Resume: the next pass starts right after the bins `state` says were consumed; on
-        another layout (world size, batch size, balance), at the global step they reached."""
+        another layout (world size, batch size, balance), at the global step they reached.
+
+        Args:
+            state: what `state_dict()` returned (here or on another layout).
+
+        Raises:
+            ConfigError: for a state with missing keys, another seed, another prepared data, or
+                a position that is not a whole number of steps on its layout.
+        """
         missing = [key for key in _STATE_KEYS if key not in state]
         if missing:
             raise ConfigError(

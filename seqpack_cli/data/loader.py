@@ -94,7 +94,11 @@ class PackedDataLoader:
         return self.dataset.epoch
 
     def set_epoch(self, epoch: int) -> None:
-        """`dataset.set_epoch(epoch)`: call it before each pass."""
+        """`dataset.set_epoch(epoch)`: call it before each pass.
+
+        Args:
+            epoch: the epoch, an int >= 0.
+        """
         self.dataset.set_epoch(epoch)
 
     def __len__(self) -> int:
@@ -109,11 +113,19 @@ class PackedDataLoader:
             yield batch
 
     def state_dict(self) -> dict[str, int]:
-        """The resume state after the batches taken so far: `dataset.state_dict()`."""
+        """The resume state after the batches taken so far.
+
+        Returns:
+            `dataset.state_dict()`: a small JSON-able dict (epoch, bins consumed, layout).
+        """
         return self.dataset.state_dict()
 
     def load_state_dict(self, state: Mapping[str, int]) -> None:
-        """Resume: the next pass starts with the batch after those `state` says were taken."""
+        """Resume: the next pass starts with the batch after those `state` says were taken.
+
+        Args:
+            state: what `state_dict()` returned (`dataset.load_state_dict(state)`).
+        """
         self.dataset.load_state_dict(state)
 
     def __repr__(self) -> str:

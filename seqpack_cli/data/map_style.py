@@ -62,6 +62,8 @@ class PackedDataset(PackedEpochs, Dataset):
             of `batch_size` rows (`seqpack_cli.data.targets`).
         balance, cost_per_token, balance_window: as for `PackedIterableDataset` (one rank here:
             "cost" only groups rows of like attention cost into steps of `batch_size`).
+        **collator_options: `CollateOptions`' fields as keywords, the way before `collate=`:
+            deprecated, each with a `DeprecationWarning`; not with `collate=` (`ConfigError`).
     """
 
     def __init__(
@@ -120,7 +122,11 @@ class PackedDataset(PackedEpochs, Dataset):
         return state
 
     def set_epoch(self, epoch: int) -> None:
-        """Use epoch `epoch`'s pairings and order from now on."""
+        """Use epoch `epoch`'s pairings and order from now on.
+
+        Args:
+            epoch: the epoch, an int >= 0.
+        """
         self._switch_epoch(epoch)
 
     def __len__(self) -> int:
