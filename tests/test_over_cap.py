@@ -562,3 +562,43 @@ def test_over_cap_cut_is_what_the_collator_reads(lengths, cap, policy) -> None:
     assert cut is not array and array.tolist() == lengths, "a new array; the input is unchanged"
     expected = [min(n, cap) for n in lengths] if policy == "truncate" else lengths
     assert cut.tolist() == expected
+
+
+# Where a module may still compare a value with a policy's name. Everything else asks an OverCap.
+_DECIDES_BY_NAME = {
+    "over_cap.py": "the rule itself",
+    "prepare/config.py": "the option's own checks: filter_over_cap is drop, split needs a store",
+    "prepared/repack.py": "a repack's policy options and the manifest fields it records",
+    "packing/online.py": "the online packer's own `overlong` option (a stream, no prepare)",
+}
+
+
+def _policy_comparisons(source: str) -> list[int]:
+    """Lines of `source` that compare something with "drop", "truncate" or "split"."""
+    import ast
+
+    names = {"drop", "truncate", "split"}
+    lines = []
+    for node in ast.walk(ast.parse(source)):
+        if not isinstance(node, ast.Compare):
+            continue
+        for side in [node.left, *node.comparators]:
+            values = side.elts if isinstance(side, (ast.Tuple, ast.List, ast.Set)) else [side]
+            if any(isinstance(v, ast.Constant) and v.value in names for v in values):
+                lines.append(node.lineno)
+    return lines
+
+
+def test_only_over_cap_decides_by_the_policys_name() -> None:
+    package = Path(__file__).resolve().parents[1] / "seqpack_cli"
+    deciding = {
+        path.relative_to(package).as_posix(): lines
+        for path in sorted(package.rglob("*.py"))
+        if (lines := _policy_comparisons(path.read_text(encoding="utf-8")))
+    }
+    assert {name: lines for name, lines in deciding.items() if name not in _DECIDES_BY_NAME} == {}
+
+
+def test_the_policy_scan_finds_a_decision() -> None:
+    found = _policy_comparisons('if config.over_cap == "truncate":\n    pass\nx = p in ("drop",)\n')
+    assert found == [1, 3]
