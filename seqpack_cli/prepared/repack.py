@@ -163,8 +163,8 @@ def repack_prepared(
         stats=stats,
         repack={
             "num_over_cap": num_over,
-            "num_dropped": num_over if policy == "drop" else 0,
-            "num_truncated": num_over if policy == "truncate" else 0,
+            "num_dropped": num_over if rule.drops else 0,
+            "num_truncated": num_over if rule.truncates else 0,
         },
     )
     logger.info(
