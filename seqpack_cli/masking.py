@@ -301,17 +301,10 @@ def build_segment_ids(sequence_ids: Any, attention_mask: Any = None) -> torch.Te
     is numbered like a sequence.
 
     Args:
-        sequence_ids: per-token sequence ids, `[B, L]` or `[L]` (one row), any integer
-            tensor or array-like; a segment is a run of equal ids within a row.
-        attention_mask: 1 on real tokens, 0 on padding, shaped like `sequence_ids`; None (the
-            default): every position is real.
+        sequence_ids, attention_mask: as for `build_position_ids` (and with its errors).
 
     Returns:
         The segment ids, int64, shaped like `sequence_ids`.
-
-    Raises:
-        InputError: for `sequence_ids` that are not integers or not 1-D/2-D, or an
-            `attention_mask` of another shape.
     """
     torch = require_torch()
     sequence_ids = torch.as_tensor(sequence_ids)  # keep the caller's shape for the result

@@ -158,22 +158,11 @@ def heap_pack_sequences(
     return the same bins.
 
     Args:
-        lengths: the sequences' lengths (a 1-D sequence or array of positive integers, each at
-            most `max_seq_len`); a bin holds indices into it.
-        max_seq_len: the most tokens in one bin.
-        tolerance: the width of the length buckets whose sequences `seed` shuffles (1, the
-            default: equal lengths only).
-        seed: any int64 (see `seeding.check_seed`); None (the default): ties stay in index
-            order.
-        max_seqs_per_bin: the most sequences in one bin; None (the default): no limit.
+        lengths, max_seq_len, tolerance, seed, max_seqs_per_bin: as for
+            `greedy_pack_sequences`.
 
     Returns:
-        The bins, each a list of indices into `lengths`; every index appears in exactly one.
-        Empty for no lengths.
-
-    Raises:
-        InputError: for a length that is not a positive integer or exceeds `max_seq_len`.
-        ConfigError: for a bad `max_seq_len`, `tolerance`, `seed` or `max_seqs_per_bin`.
+        The bins, as `greedy_pack_sequences` returns them (and with its errors).
     """
     return _pack_sequences(lengths, max_seq_len, tolerance, seed, max_seqs_per_bin, _worst_fit)
 
