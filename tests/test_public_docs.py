@@ -31,23 +31,15 @@ DOCUMENTED_MODULES = frozenset(
         "seqpack_cli.packing.efficiency",
         "seqpack_cli.packing.histogram",
         "seqpack_cli.packing.per_sequence",
+        "seqpack_cli.prepare.config",
+        "seqpack_cli.prepare.job",
+        "seqpack_cli.prepare.token_files",
+        "seqpack_cli.prepared.layout",
+        "seqpack_cli.prepared.reader",
         "seqpack_cli.seeding",
         "seqpack_cli.token_sources",
     }
 )
-
-NOT_YET = {
-    name: "in seqpack_cli/prepare or seqpack_cli/prepared, which are being restructured (issue 25)"
-    for name in (
-        "PrepareConfig",
-        "Prepared",
-        "check_token_source",
-        "load_prepared",
-        "prepare_dataset",
-        "write_token_source",
-    )
-}
-"""Public names whose docstrings are not checked yet, and why."""
 
 _SECTION = re.compile(r"^\s*(Args|Returns|Yields|Raises|Examples?|Notes?|Attributes):\s*$", re.M)
 
@@ -91,9 +83,6 @@ def _methods(cls: type) -> Iterator[tuple[str, Callable[..., Any]]]:
 def _entry_points() -> Iterator[Any]:
     for name in seqpack_cli.__all__:
         if name == "__version__":
-            continue
-        if name in NOT_YET:
-            yield pytest.param(name, None, False, id=name, marks=pytest.mark.skip(NOT_YET[name]))
             continue
         try:
             obj = getattr(seqpack_cli, name)
@@ -156,10 +145,3 @@ def test_the_check_catches_an_undocumented_parameter_and_result() -> None:
         "returns int but has no Returns:/Yields: section",
     ]
     assert _problems(Sized, is_class=True) == ["Args: does not name unnamed"]
-
-
-def test_not_yet_names_only_the_prepare_side() -> None:
-    """NOT_YET excuses only names that live where the docstrings are being moved right now."""
-    for name in NOT_YET:
-        module = getattr(seqpack_cli, name).__module__
-        assert module.startswith(("seqpack_cli.prepare.", "seqpack_cli.prepared")), name

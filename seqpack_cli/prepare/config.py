@@ -53,11 +53,61 @@ def _column_name(value: Any, field: str) -> str:
 class PrepareConfig:
     """Everything `prepare_dataset` needs; fields are the CLI options in snake case.
 
-    Validated on construction (`ConfigError` naming the option and the fix). `over_cap` (one of
-    `OVER_CAP`; default `error`; `split` only with `tokens_column`) says what becomes of
-    sequences longer than `max_seq_len`;
-    `filter_over_cap=True` is `over_cap="drop"`, and after construction `filter_over_cap` is
-    whether `over_cap` is `drop`.
+    Validated on construction (`ConfigError` naming the option, the value and the fix); some
+    fields are normalised on the way (noted below), so read them back from the instance.
+
+    Args:
+        inputs: parquet files, globs or directories (`seqpack prepare INPUT...`); one path is
+            taken as a list of one. Stored as a tuple of strings; none at all is refused.
+        length_column: the column holding each sequence's length in tokens, or its token ids (a
+            list column: the length is its number of elements) (`--length-column`).
+        max_seq_len: the bin capacity in tokens, an integer in [1, 2**31 - 1]
+            (`--max-seq-len`).
+        output: the prepared directory to create (`--output`); stored as an absolute `Path`.
+        id_column: an integer column of unique, non-null sequence ids (`--id-column`); None:
+            an id is the row's global index over the inputs, sorted by path.
+        filter_over_cap: True is `over_cap="drop"` (`--filter-over-cap`, its alias); passing
+            both with another policy is refused. After construction: whether `over_cap` is
+            `drop`.
+        packer: the histogram packer, one of `PACKERS` (`--packer`): "batched" (the engine) or
+            "per-item" (the reference, for parity); "per_item" is read as "per-item".
+        max_seqs_per_bin: at most this many sequences per bin, an integer >= 1
+            (`--max-seqs-per-bin`); None: no cap.
+        threads: DuckDB threads, an integer >= 1 (`--threads`); None: every core.
+        memory_limit: DuckDB's memory limit, a size such as "4GB" or "512MiB" or a share of RAM
+            such as "50%", at least 16MiB (`--memory-limit`); None: DuckDB's default.
+        temp_dir: where DuckDB spills when over `memory_limit` (`--temp-dir`): a writable
+            directory, or a missing one whose parent is (DuckDB creates it); stored absolute.
+        overwrite: replace an existing prepared directory at `output` (`--overwrite`).
+        tuning: the sizes the pools pass works in, a `PoolTuning` (not a CLI option): tests
+            shrink them.
+        over_cap: what becomes of sequences longer than `max_seq_len` (`--over-cap`), one of
+            `OVER_CAP`: "error" (stop the job), "drop", "truncate" (keep their first
+            `max_seq_len` tokens) or "split" (only with `tokens_column`: cut them into pieces,
+            each a sequence with a new id). None: "drop" with `filter_over_cap`, else "error".
+        tokens_column: a list column of token ids to store in the prepared directory too
+            (`tokens/`, `--tokens-column`); None: the directory holds ids only.
+        labels_column: with `tokens_column`: per-token labels to store beside them (`labels/`,
+            signed, -100 allowed; `--labels-column`).
+        loss_mask_column: with `tokens_column`: a per-token 0/1 loss mask to store instead of
+            labels (`loss_mask/`, `--loss-mask-column`). The token, label, mask and id columns
+            must all differ.
+        engine: where the passes run, one of `ENGINES` (`--engine`): "local" (this process) or
+            "dask" (tasks on a Dask cluster: exactly one of `scheduler` or `workers`, and Dask
+            distributed installed). The output is byte-identical either way.
+        scheduler: with engine "dask": the address of a running Dask scheduler (e.g.
+            tcp://host:8786; `--scheduler`).
+        workers: with engine "dask": start a local cluster of this many worker processes (an
+            integer >= 1) for the run (`--workers`).
+        cluster_tuning: the sizes the Dask engine cuts its work into, a `ClusterTuning` (not a
+            CLI option): tests shrink them.
+        length_multiple: pack each sequence into a slot of its length rounded up to this
+            multiple (2 * cp for context parallelism; `--length-multiple`); must divide
+            `max_seq_len`. None or 1 (stored as None): exact lengths. The pools stay per exact
+            length (`seqpack_cli.prepared.multiples`).
+
+    Raises:
+        ConfigError: a field breaks its rule above.
     """
 
     inputs: Sequence[str | os.PathLike[str]]
@@ -73,26 +123,15 @@ class PrepareConfig:
     temp_dir: str | os.PathLike[str] | None = None
     overwrite: bool = False
     tuning: PoolTuning = field(default_factory=PoolTuning)
-    """The sizes the pools pass works in (not a CLI option): tests shrink them."""
     over_cap: str | None = None
     tokens_column: str | None = None
-    """A list column of token ids to store in the prepared directory too (`tokens/`)."""
     labels_column: str | None = None
-    """With `tokens_column`: per-token labels to store beside them (`labels/`, signed)."""
     loss_mask_column: str | None = None
-    """With `tokens_column`: a per-token 0/1 loss mask to store instead (`loss_mask/`)."""
     engine: str = "local"
-    """`local` (this process) or `dask` (tasks on a Dask cluster: `scheduler` or `workers`)."""
     scheduler: str | None = None
-    """With engine `dask`: the address of a running Dask scheduler (e.g. tcp://host:8786)."""
     workers: int | None = None
-    """With engine `dask`: start a local cluster of this many worker processes for the run."""
     cluster_tuning: ClusterTuning = field(default_factory=ClusterTuning)
-    """The sizes the Dask engine cuts its work into (not a CLI option): tests shrink them."""
     length_multiple: int | None = None
-    """Pack each sequence into a slot of its length rounded up to this multiple (2 * cp for
-    context parallelism); must divide `max_seq_len`. None or 1: exact lengths. The pools stay
-    per exact length (`seqpack_cli.prepared.multiples`)."""
 
     def __post_init__(self) -> None:
         with signals_held():  # the first import of DuckDB, which a signal must not cut short

@@ -250,14 +250,28 @@ def _two_passes(
 
 
 def prepare_dataset(config: PrepareConfig, *, progress: ProgressCallback | None = None) -> Prepared:
-    """Build the prepared directory `config.output` from parquet inputs; return it, as
-    `load_prepared` would.
+    """Build the prepared directory `config.output` from parquet inputs (`seqpack prepare`).
 
-    Nothing is written unless every check passes: bad inputs raise `InputError`, bad options
-    `ConfigError`, and an interrupted job (exception, Ctrl-C, SIGTERM) leaves no output (and
-    an `--overwrite` the old one). Inputs inside the output directory are refused.
-    Output bytes depend only on the inputs' contents and the packing options, not on `threads`
-    or on the order the inputs were named in.
+    Nothing is written unless every check passes, and an interrupted job (exception, Ctrl-C,
+    SIGTERM) leaves no output (and, with `overwrite`, the old one). Output bytes depend only on
+    the inputs' contents and the packing options, not on `threads`, the engine, or the order
+    the inputs were named in.
+
+    Args:
+        config: the inputs, columns, packing options, output and engine, validated on
+            construction (`PrepareConfig`).
+        progress: called as `progress(phase, done, total)` while the passes run (see
+            `seqpack_cli.progress`); None reports nothing.
+
+    Returns:
+        The directory written, as `load_prepared` would return it (built from what was written,
+        without reading it back).
+
+    Raises:
+        InputError: bad inputs (a missing column, a bad length or id, a sequence over
+            `max_seq_len` under `over_cap="error"`, ...).
+        ConfigError: bad options, inputs inside the output directory, or an output it may not
+            replace (an existing one without `overwrite`).
     """
     from seqpack_cli.prepare.engines import open_engine
     from seqpack_cli.prepare.inputs import check_outside

@@ -213,12 +213,21 @@ def _check_ids_from(prepared: Prepared, id_column: str | None, shown: Path | Non
 
 def check_token_source(source: FlatTokenSource, prepared: Prepared | str | os.PathLike[str]) -> int:
     """Check that `source` holds every id of `prepared`'s pools with exactly the pool's length
-    (at least `max_seq_len` for the longest pool of a `--over-cap truncate` prepare); return the
-    number of ids checked.
+    (at least `max_seq_len` for the longest pool of a `--over-cap truncate` prepare). Reads only
+    the offsets (and the id index), not the tokens.
 
-    `prepared` is `load_prepared(...)`'s result or a path. Raises `InputError` naming the id,
-    where its row comes from, both lengths and the fix; and up front when the two take their ids
-    from different columns. Reads only the offsets (and the id index), not the tokens.
+    Args:
+        source: the token source to check (`FlatTokenSource.open(...)`, or what
+            `write_token_source` returned).
+        prepared: `load_prepared(...)`'s result, or the path of a prepared directory.
+
+    Returns:
+        The number of ids checked.
+
+    Raises:
+        InputError: an id missing from `source` or stored with another length, naming the id,
+            where its row comes from, both lengths and the fix; and up front when the two take
+            their ids from different columns.
     """
     return _check_against(source, prepared, getattr(source, "path", None))
 
@@ -357,12 +366,18 @@ def write_token_source(
             `--over-cap truncate`.
         overwrite: replace `output` if it is a token source (or an empty directory).
 
-    Raises `InputError` for bad data (a missing or non-list column, a NULL list or id, a value
-    negative or over the dtype, a duplicate id: one line naming the file, the row and the
-    value; a mismatch with `prepared`), `ConfigError` for bad arguments or an output it may
-    not replace (an existing one without `overwrite`, a file, a non-empty directory that is not
-    a token source). Nothing is written unless every check passes: the directory is built in a
-    hidden temporary sibling and renamed into place. Memory: one Arrow batch (about
+    Returns:
+        The token source written, opened from `output` (memory-mapped).
+
+    Raises:
+        InputError: bad data (a missing or non-list column, a NULL list or id, a value negative
+            or over the dtype, a duplicate id: one line naming the file, the row and the value;
+            a mismatch with `prepared`).
+        ConfigError: bad arguments, or an output it may not replace (an existing one without
+            `overwrite`, a file, a non-empty directory that is not a token source).
+
+    Nothing is written unless every check passes: the directory is built in a hidden temporary
+    sibling and renamed into place. Memory: one Arrow batch (about
     `token_reading.TARGET_VALUES_PER_BATCH` values) at a time, plus the id index.
     """
     started = time.perf_counter()

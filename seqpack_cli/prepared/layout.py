@@ -76,9 +76,27 @@ STORE_ROLES = ("tokens", "labels", "loss_mask")
 
 @dataclass(frozen=True, eq=False)
 class Prepared:
-    """A loaded `prepared/` directory.
+    """A loaded `prepared/` directory, as `load_prepared` (or `prepare_dataset`) returns it.
 
     Unpacks like the reference's tuple: `manifest, counts, templates, pools = load_prepared(p)`.
+    Build one with `load_prepared`; the fields are what it read, checked against each other.
+
+    Args:
+        path: the directory.
+        manifest: manifest.json as a dict: format_version, config (columns, max_seq_len,
+            packer, over_cap, ...), inputs, summary, and every file's size and sha256.
+        counts: counts.json: `{length: number of sequences}`, lengths ascending.
+        templates: templates.json: `Counter{(l1 >= l2 >= ...): multiplicity}`, of slot lengths
+            when `length_multiple` > 1.
+        pools: `{length: int64 ids of that length, ascending}`, read-only and opened on first
+            use (memory-mapped by default; keyed by slot length when `length_multiple` > 1).
+        tokens: the token store's tokens (a memory-mapped `FlatTokenSource` indexed by sequence
+            id, `prepare --tokens-column`), None without a store.
+        labels: the store's labels (`--labels-column`), or None.
+        loss_mask: the store's loss mask (`--loss-mask-column`), or None.
+        manifest_sha256: the manifest's own digest as loaded (None for format_version 1): what
+            a reopen of the same path (a DataLoader worker) compares to tell that it still holds
+            this prepare.
     """
 
     path: Path
@@ -87,14 +105,9 @@ class Prepared:
     templates: Counter[tuple[int, ...]]
     pools: Mapping[int, np.ndarray] = field(repr=False)
     tokens: Any = field(default=None, repr=False)
-    """The token store's tokens (a memory-mapped `FlatTokenSource`), None without a store."""
     labels: Any = field(default=None, repr=False)
-    """The store's labels (`--labels-column`), or None."""
     loss_mask: Any = field(default=None, repr=False)
-    """The store's loss mask (`--loss-mask-column`), or None."""
     manifest_sha256: str | None = None
-    """The manifest's own digest as loaded (None for format_version 1): what a reopen of the same
-    path (a DataLoader worker) compares to tell that it still holds this prepare."""
 
     @property
     def num_targets(self) -> Any:
@@ -132,9 +145,29 @@ class Prepared:
     ) -> Prepared:
         """This directory packed again for other options, from its histogram: no token read,
         no file written, the same token store and memory-mapped pools (`ConcatPool`s under a
-        length multiple). None keeps the manifest's value; `over_cap` ("drop", "truncate",
-        "error"; None: the manifest's) decides what happens to sequences over a smaller
-        `max_seq_len`. See `seqpack_cli.prepared.repack`."""
+        length multiple). See `seqpack_cli.prepared.repack`.
+
+        Args:
+            max_seq_len: the new bin capacity in tokens, in [1, 2**31 - 1]; None keeps the
+                manifest's. Above the one prepare cut sequences to (`--over-cap truncate`) is
+                refused: their tokens past it are not stored.
+            max_seqs_per_bin: the new cap on sequences per bin, >= 1; None keeps the
+                manifest's.
+            length_multiple: the new slot multiple (2 * cp for context parallelism), which must
+                divide `max_seq_len`; None keeps the manifest's, 1 packs exact lengths.
+            over_cap: what happens to sequences over a smaller `max_seq_len`: "drop",
+                "truncate" or "error" (prepare's "split" needs new ids: prepare again); None
+                keeps the manifest's.
+
+        Returns:
+            A `Prepared` with the same path, token store and digest, and the manifest, counts,
+            templates and pools of the new packing (the manifest's `config` and `summary`
+            record the new options and figures).
+
+        Raises:
+            ConfigError: a bad option, sequences over a smaller `max_seq_len` under "error", or
+                a `max_seq_len` over the length prepare truncated to.
+        """
         from seqpack_cli.prepared.repack import repack_prepared
 
         repacked = repack_prepared(

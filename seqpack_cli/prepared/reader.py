@@ -377,24 +377,37 @@ def load_prepared(
 ) -> Prepared:
     """Load a prepared directory written by `seqpack prepare`.
 
-    Returns a `Prepared` that unpacks as `manifest, counts, templates, pools`. Pools are
-    read-only int64 arrays, opened on first use: the largest (up to `max_mapped_pools`, default
-    `MAX_MAPPED_POOLS`) memory-mapped by default, with no file descriptor held per pool, so any
-    number of distinct lengths loads (see `PoolMap`); `mmap=False` reads them all into memory
-    now. A smaller `max_mapped_pools` leaves more of the kernel's mappings to the rest of the
-    process; `ConfigError` unless it is an integer >= 0.
+    Pools are read-only int64 arrays, opened on first use: the largest (up to
+    `max_mapped_pools`) memory-mapped by default, with no file descriptor held per pool, so
+    any number of distinct lengths loads (see `PoolMap`). The manifest, counts.json and
+    templates.json are checked against their schema (`seqpack_cli.prepared.schema`) and against
+    each other on every load, in O(templates); the sha256 of every file only with
+    `verify=True`. A directory replaced while it loads (`prepare --overwrite`) is loaded again.
 
-    Raises `PreparedFormatError`, naming the file, the field and the value, for a missing or
-    incomplete directory, an unknown `format_version`, a manifest, counts.json or
-    templates.json that does not follow its schema (`seqpack_cli.prepared.schema`), a pool
-    whose size disagrees with the counts, templates that do not fit `config.max_seq_len` (or
-    `config.max_seqs_per_bin`) or do not use every length exactly as often as counts.json says,
-    recorded totals (`n_sequences`, `n_bins`, ...) that disagree with the files, a token store
-    (`prepare --tokens-column`) whose files are missing or disagree with the manifest, and (with
-    `verify=True`) any file whose sha256 differs from the manifest's.
+    Args:
+        path: the prepared directory (`seqpack prepare --output`).
+        mmap: memory-map the pools (the default); False reads them all into memory now.
+        verify: also check every file's sha256 against the manifest's (reads every byte).
+        max_mapped_pools: at most this many pools, the largest, are memory-mapped (default
+            `MAX_MAPPED_POOLS`); the others are read into memory on first use. An integer >= 0;
+            a smaller value leaves more of the kernel's mappings to the rest of the process.
 
-    With a token store, `prepared.tokens` (and `prepared.labels` or `prepared.loss_mask`) are
-    memory-mapped `FlatTokenSource`s indexed by sequence id; None without one.
+    Returns:
+        A `Prepared` that unpacks as `manifest, counts, templates, pools`. With a token store,
+        `prepared.tokens` (and `prepared.labels` or `prepared.loss_mask`) are memory-mapped
+        `FlatTokenSource`s indexed by sequence id; None without one.
+
+    Raises:
+        ConfigError: `max_mapped_pools` is not an integer >= 0.
+        PreparedFormatError: naming the file, the field and the value, for a missing or
+            incomplete directory, an unknown `format_version`, a manifest, counts.json or
+            templates.json that does not follow its schema, a pool whose size disagrees with the
+            counts, templates that do not fit `config.max_seq_len` (or
+            `config.max_seqs_per_bin`) or do not use every length exactly as often as
+            counts.json says, recorded totals (`n_sequences`, `n_bins`, ...) that disagree with
+            the files, a token store (`prepare --tokens-column`) whose files are missing or
+            disagree with the manifest, and (with `verify=True`) any file whose sha256 differs
+            from the manifest's.
     """
     root = Path(path)
     max_mapped_pools = check_int("max_mapped_pools", max_mapped_pools, minimum=0)
