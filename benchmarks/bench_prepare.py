@@ -55,7 +55,10 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from seqpack_cli.prepare.scan import connect, inspect_inputs, length_histogram, resolve_inputs
+from seqpack_cli.prepare.db import connect
+from seqpack_cli.prepare.footers import inspect_inputs
+from seqpack_cli.prepare.inputs import resolve_inputs
+from seqpack_cli.prepare.scan import length_histogram
 
 MAX_SEQ_LEN = 8192
 ROW_GROUP = 1 << 20

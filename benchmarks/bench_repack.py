@@ -34,7 +34,7 @@ import numpy as np
 from tables import print_table
 
 from seqpack_cli.epoch.plan import EpochPlan
-from seqpack_cli.prepared.layout import Prepared
+from seqpack_cli.prepared.format import Prepared
 from seqpack_cli.prepared.multiples import pack_slots
 
 ARRAY_SLICE_BINS = 1 << 16

@@ -41,7 +41,7 @@ from seqpack_cli.prepare.cluster.merge import (
 )
 from seqpack_cli.prepare.cluster.tuning import ClusterTuning
 from seqpack_cli.prepare.footers import InputFile
-from seqpack_cli.prepare.pools.layout import Layout
+from seqpack_cli.prepare.pools.offsets import Layout
 from seqpack_cli.prepare.scan import HistogramPart
 
 sorted_runs = st.lists(

@@ -33,10 +33,19 @@ from typer.testing import CliRunner
 from seqpack_cli.cli.app import app
 from seqpack_cli.errors import ConfigError, InputError, SeqpackError
 from seqpack_cli.prepare import PrepareConfig, prepare_dataset, scan
+from seqpack_cli.prepare.db import (
+    check_memory_limit,
+    check_temp_dir,
+    close_connection,
+    connect,
+    read_error,
+)
+from seqpack_cli.prepare.footers import inspect_inputs
+from seqpack_cli.prepare.inputs import resolve_inputs
 
 
 def _histogram(paths, column: str = "n") -> dict[int, int]:
-    return scan.scan_length_histogram(scan.resolve_inputs(paths), column, threads=2)
+    return scan.scan_length_histogram(resolve_inputs(paths), column, threads=2)
 
 
 def _counts(*arrays) -> dict[int, int]:
@@ -118,14 +127,14 @@ def test_awkward_paths_give_the_oracles_pools_through_prepare(tmp_path: Path) ->
 
 def test_rows_read_are_checked_against_the_footers(tmp_path: Path) -> None:
     path = write_parquet(tmp_path / "a.parquet", {"n": [1, 2, 3]})
-    files = scan.inspect_inputs([path], "n")
+    files = inspect_inputs([path], "n")
     write_parquet(path, {"n": [1, 2, 3, 4, 5]})  # replaced after its footer was read
-    con = scan.connect()
+    con = connect()
     try:
         with pytest.raises(InputError, match=r"DuckDB read 5 rows .* footers count 3"):
             scan.length_histogram(con, files, "n")
     finally:
-        scan.close_connection(con)
+        close_connection(con)
 
 
 # ---- 8: column names matched exactly ----------------------------------------------------------
@@ -144,7 +153,7 @@ def test_columns_equal_ignoring_case_are_refused_when_one_is_read(tmp_path: Path
     with pytest.raises(
         InputError, match=r"twins\.parquet has 2 columns .*'LEN' and 'len'"
     ) as error:
-        scan.inspect_inputs([path], "len")
+        inspect_inputs([path], "len")
     assert "\n" not in str(error.value) and "length_column" in str(error.value)
     result = CliRunner().invoke(
         app, ["stats", str(path), "--length-column", "len", "--max-seq-len", "10"]
@@ -172,17 +181,17 @@ def test_two_columns_of_the_same_name_are_refused(tmp_path: Path) -> None:
     table = pa.Table.from_arrays([pa.array([1, 2]), pa.array([7, 8])], names=["n", "n"])
     pq.write_table(table, tmp_path / "dup.parquet")
     with pytest.raises(InputError, match=r"2 columns with the same name \('n' and 'n'\)"):
-        scan.inspect_inputs([tmp_path / "dup.parquet"], "n")
+        inspect_inputs([tmp_path / "dup.parquet"], "n")
     # A later file with the duplicate (the first one clean) is caught too.
     write_parquet(tmp_path / "a.parquet", {"n": [1]})
     with pytest.raises(InputError, match=r"same name"):
-        scan.inspect_inputs([tmp_path / "a.parquet", tmp_path / "dup.parquet"], "n")
+        inspect_inputs([tmp_path / "a.parquet", tmp_path / "dup.parquet"], "n")
 
 
 def test_names_are_matched_exactly_and_case_twins_elsewhere_are_fine(tmp_path: Path) -> None:
     path = write_parquet(tmp_path / "a.parquet", {"LEN": [3, 4], "A": [0, 0], "a": [1, 1]})
     with pytest.raises(InputError, match=r"'len' .* not in .*did you mean 'LEN'"):
-        scan.inspect_inputs([path], "len")
+        inspect_inputs([path], "len")
     assert _histogram([path], "LEN") == {3: 1, 4: 1}
     # DuckDB folds ASCII case only: "Ä" and "ä" are two columns to it, and to seqpack.
     path = write_parquet(tmp_path / "b.parquet", {"Ä": [7, 7], "ä": [1, 2]})
@@ -193,7 +202,7 @@ def test_names_are_matched_exactly_and_case_twins_elsewhere_are_fine(tmp_path: P
 def test_id_column_equal_to_the_length_column_is_refused(tmp_path: Path) -> None:
     path = write_parquet(tmp_path / "a.parquet", {"n": [1, 2]})
     with pytest.raises(InputError, match="is also the length column"):
-        scan.inspect_inputs([path], "n", "n")
+        inspect_inputs([path], "n", "n")
 
 
 # ---- 9: user columns named like DuckDB's virtual columns --------------------------------------
@@ -268,7 +277,7 @@ def test_case_varied_extensions_and_symlinked_directories_are_all_read(
     (data / "notes.json").write_text("{}")
     (data / "_SUCCESS").write_text("")
     with caplog.at_level(logging.WARNING, logger="seqpack_cli.prepare.inputs"):
-        files = scan.resolve_inputs([data])
+        files = resolve_inputs([data])
     assert [f.name for f in files] == ["B.PARQUET", "a.parquet", "c.parq", "d.Pq"]
     assert scan.scan_length_histogram(files, "n") == {1: 1000, 2: 1000, 3: 600, 4: 400}
     text = caplog.text
@@ -295,7 +304,7 @@ def test_globs_take_parquet_matches_and_report_the_rest(
     (tmp_path / "e").mkdir()
     (tmp_path / "e" / "part-0").write_text("x")
     with pytest.raises(InputError, match=r"matches 1 files, none parquet .* e\.g\. .*part-0"):
-        scan.resolve_inputs([str(tmp_path / "e" / "part-*")])
+        resolve_inputs([str(tmp_path / "e" / "part-*")])
 
 
 def test_a_glob_through_a_symlink_loop_ends(tmp_path: Path) -> None:
@@ -321,16 +330,16 @@ def test_the_output_and_its_temporaries_are_never_inputs(tmp_path: Path) -> None
     write_parquet(data / ".prepared.seqpack-old-123-x" / "w.parquet", {"n": [97]})
     out = [data / "prepared"]
     expected = [data / "a.parquet"]
-    assert scan.resolve_inputs([data], exclude=out) == expected
-    assert scan.resolve_inputs([str(data / "**")], exclude=out) == expected
+    assert resolve_inputs([data], exclude=out) == expected
+    assert resolve_inputs([str(data / "**")], exclude=out) == expected
     with pytest.raises(InputError, match="matches only the output directory"):
-        scan.resolve_inputs([str(data / ".*" / "*.parquet")], exclude=out)
+        resolve_inputs([str(data / ".*" / "*.parquet")], exclude=out)
     with pytest.raises(InputError, match="lies inside the output directory"):
-        scan.resolve_inputs([data / "prepared" / "stray.parquet"], exclude=out)
+        resolve_inputs([data / "prepared" / "stray.parquet"], exclude=out)
     with pytest.raises(InputError, match="matches only the output directory"):
-        scan.resolve_inputs([str(data / "prep*")], exclude=out)
+        resolve_inputs([str(data / "prep*")], exclude=out)
     # Without the exclusion the output is still skipped: it holds seqpack's manifest.
-    assert scan.resolve_inputs([data]) == expected
+    assert resolve_inputs([data]) == expected
 
 
 def test_prepared_directories_in_the_data_are_skipped_silently(
@@ -352,7 +361,7 @@ def test_prepared_directories_in_the_data_are_skipped_silently(
     for inputs in ([data], [str(data / "**")], [str(data / "*")]):
         caplog.clear()
         with caplog.at_level(logging.WARNING, logger="seqpack_cli.prepare.inputs"):
-            assert scan.resolve_inputs(inputs) == expected, inputs
+            assert resolve_inputs(inputs) == expected, inputs
         assert caplog.text.count("WARNING") == 1, (inputs, caplog.text)
         assert "left out 1 file(s) not parquet" in caplog.text, (inputs, caplog.text)
         assert "data/prepared" not in caplog.text and "older" not in caplog.text
@@ -360,9 +369,9 @@ def test_prepared_directories_in_the_data_are_skipped_silently(
     write_parquet(data / "prepared" / "stray.parquet", {"n": [99]})
     caplog.clear()
     with caplog.at_level(logging.WARNING, logger="seqpack_cli.prepare.inputs"):
-        assert scan.resolve_inputs([str(data / "**" / "*.parquet")]) == expected
+        assert resolve_inputs([str(data / "**" / "*.parquet")]) == expected
     assert caplog.text == ""
-    assert scan.resolve_inputs([data]) == expected
+    assert resolve_inputs([data]) == expected
     # Through the command: stats over the data directory warns about nothing seqpack wrote.
     command = ["stats", str(data), "--length-column", "n", "--max-seq-len", "8", "--json"]
     result = subprocess.run(
@@ -416,18 +425,18 @@ def test_a_fifo_is_refused_not_read(tmp_path: Path, caplog: pytest.LogCaptureFix
     # Reported: a FIFO given as input hung forever.
     fifo = tmp_path / "pipe.parquet"
     os.mkfifo(fifo)
-    error = _without_hanging(lambda: scan.resolve_inputs([fifo]))
+    error = _without_hanging(lambda: resolve_inputs([fifo]))
     assert isinstance(error, InputError) and "is a FIFO (named pipe)" in str(error)
-    error = _without_hanging(lambda: scan.inspect_inputs([fifo], "n"))
+    error = _without_hanging(lambda: inspect_inputs([fifo], "n"))
     assert isinstance(error, InputError) and "FIFO" in str(error)
     write_parquet(tmp_path / "a.parquet", {"n": [1]})
     with caplog.at_level(logging.WARNING, logger="seqpack_cli.prepare.inputs"):
-        files = _without_hanging(lambda: scan.resolve_inputs([tmp_path]))
+        files = _without_hanging(lambda: resolve_inputs([tmp_path]))
     assert files == [tmp_path / "a.parquet"]
     assert "neither regular files nor directories" in caplog.text
     (tmp_path / "dangling.parquet").symlink_to(tmp_path / "gone.parquet")
     with pytest.raises(InputError, match="a symlink that points nowhere"):
-        scan.resolve_inputs([tmp_path / "dangling.parquet"])
+        resolve_inputs([tmp_path / "dangling.parquet"])
 
 
 @pytest.mark.parametrize(
@@ -436,9 +445,9 @@ def test_a_fifo_is_refused_not_read(tmp_path: Path, caplog: pytest.LogCaptureFix
 def test_remote_inputs_are_named_as_unsupported(url: str) -> None:
     # Reported: these read "does not exist; check the path".
     with pytest.raises(InputError, match="remote inputs are not supported yet"):
-        scan.resolve_inputs([url])
+        resolve_inputs([url])
     with pytest.raises(InputError, match="pass the local path it names"):
-        scan.resolve_inputs(["file:///data/x.parquet"])
+        resolve_inputs(["file:///data/x.parquet"])
 
 
 # ---- 17: DuckDB failures worded by their cause; its options checked up front -------------------
@@ -447,10 +456,10 @@ def test_remote_inputs_are_named_as_unsupported(url: str) -> None:
 def test_memory_limit_too_small_is_refused_up_front(tmp_path: Path) -> None:
     for value in ("1MB", "0.5GiB%", "lots", 12):
         with pytest.raises(ConfigError, match="memory_limit"):
-            scan.check_memory_limit(value)
-    assert scan.check_memory_limit("16MiB") == "16MiB"
-    assert scan.check_memory_limit(" 2 GB ") == "2 GB"
-    assert scan.check_memory_limit("50%") == "50%"
+            check_memory_limit(value)
+    assert check_memory_limit("16MiB") == "16MiB"
+    assert check_memory_limit(" 2 GB ") == "2 GB"
+    assert check_memory_limit("50%") == "50%"
     path = write_parquet(tmp_path / "a.parquet", {"n": [1]})
     result = CliRunner().invoke(
         app,
@@ -476,7 +485,7 @@ def test_out_of_memory_is_worded_as_such() -> None:
     con = duckdb.connect(config={"memory_limit": "1MB", "threads": 1, "temp_directory": ""})
     with pytest.raises(duckdb.Error) as caught:
         con.sql("SELECT list(range) FROM range(3000000)").fetchall()
-    error = scan.read_error(caught.value)
+    error = read_error(caught.value)
     assert isinstance(error, ConfigError) and "ran out of memory" in str(error)
     assert "memory_limit" in str(error) and "intact parquet" not in str(error)
     assert "--memory-limit" in error.cli_message()
@@ -487,13 +496,13 @@ def test_temp_dir_is_checked_up_front(tmp_path: Path) -> None:
     # in, as "intact parquet"; a --temp-dir naming a file was accepted.
     (tmp_path / "file").write_text("x")
     with pytest.raises(ConfigError, match="is a file, not a directory"):
-        scan.check_temp_dir(tmp_path / "file")
+        check_temp_dir(tmp_path / "file")
     with pytest.raises(ConfigError, match="does not exist, nor does its parent"):
-        scan.check_temp_dir(tmp_path / "missing" / "spill")
-    assert scan.check_temp_dir(tmp_path / "spill") == str(tmp_path / "spill")  # DuckDB makes it
-    assert scan.check_temp_dir(tmp_path) == str(tmp_path)
+        check_temp_dir(tmp_path / "missing" / "spill")
+    assert check_temp_dir(tmp_path / "spill") == str(tmp_path / "spill")  # DuckDB makes it
+    assert check_temp_dir(tmp_path) == str(tmp_path)
     with pytest.raises(ConfigError, match="temp_dir"):
-        scan.connect(temp_dir=tmp_path / "missing" / "spill")
+        connect(temp_dir=tmp_path / "missing" / "spill")
     path = write_parquet(tmp_path / "a.parquet", {"n": [1]})
     for temp in (tmp_path / "file", tmp_path / "missing" / "spill"):
         result = CliRunner().invoke(
@@ -515,7 +524,7 @@ def test_temp_dir_is_checked_up_front(tmp_path: Path) -> None:
 def test_an_old_duckdb_is_named(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(duckdb, "__version__", "1.4.1")
     with pytest.raises(ConfigError, match=r"needs duckdb >= 2\.0 .* duckdb 1\.4\.1 is installed"):
-        scan.connect()
+        connect()
 
 
 def test_spill_failures_name_the_temporary_folder(tmp_path: Path) -> None:
@@ -526,15 +535,15 @@ def test_spill_failures_name_the_temporary_folder(tmp_path: Path) -> None:
         con.sql(
             "SELECT count(*) FROM (SELECT i, count(*) FROM range(1000000) t(i) GROUP BY i)"
         ).fetchall()
-    error = scan.read_error(caught.value)
+    error = read_error(caught.value)
     assert isinstance(error, ConfigError) and "could not use its temporary folder" in str(error)
     full = duckdb.IOException(
         'IO Error: Could not write file "/t/duckdb_temp_storage_DEFAULT-0.tmp": No space left on '
         "device"
     )
-    assert "out of disk space" in str(scan.read_error(full))
+    assert "out of disk space" in str(read_error(full))
     corrupt = duckdb.InvalidInputException('Invalid Input Error: File "/x.parquet" is corrupt')
-    assert "intact parquet file" in str(scan.read_error(corrupt))
+    assert "intact parquet file" in str(read_error(corrupt))
 
 
 # ---- fuzz: paths and column names -------------------------------------------------------------

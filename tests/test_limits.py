@@ -31,8 +31,8 @@ from seqpack_cli.packing import histogram
 from seqpack_cli.packing import per_sequence as packing
 from seqpack_cli.prepare import PrepareConfig, load_prepared, prepare_dataset
 from seqpack_cli.prepare.pools import id_checks
-from seqpack_cli.prepare.pools import layout as pool_layout
-from seqpack_cli.prepare.pools.engine import reserve_work_file
+from seqpack_cli.prepare.pools import offsets as pool_layout
+from seqpack_cli.prepare.pools.scan import reserve_work_file
 from seqpack_cli.prepare.pools.tuning import PoolTuning
 from seqpack_cli.stats import baselines, profile, sweep
 

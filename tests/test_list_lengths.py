@@ -22,6 +22,7 @@ from typer.testing import CliRunner
 from seqpack_cli.cli.app import app
 from seqpack_cli.errors import InputError
 from seqpack_cli.prepare import PrepareConfig, load_prepared, prepare_dataset, scan
+from seqpack_cli.prepare.footers import inspect_inputs
 from seqpack_cli.prepare.pools.tuning import PoolTuning
 
 LIST_TYPES = {
@@ -82,12 +83,12 @@ def _invoke(*args):
 @pytest.mark.parametrize("name", list(LIST_TYPES))
 def test_inspect_inputs_binds_integer_lists(tmp_path: Path, name: str) -> None:
     paths = _write_files(tmp_path, [3, 1, 4], list_type=LIST_TYPES[name], num_files=1)
-    files = scan.inspect_inputs(paths, "input_ids", "doc")
+    files = inspect_inputs(paths, "input_ids", "doc")
     element = {"list<int32>": "INTEGER", "large_list<int64>": "BIGINT"}.get(name)
     element = element or {"list<uint16>": "USMALLINT", "list<int8>": "TINYINT"}[name]
     assert files[0].column_types == (("input_ids", f"{element}[]"), ("doc", "BIGINT"))
     assert scan.is_token_lists(files, "input_ids")
-    assert not scan.is_token_lists(scan.inspect_inputs(paths, "n"), "n")
+    assert not scan.is_token_lists(inspect_inputs(paths, "n"), "n")
     assert scan.length_query(files, "input_ids", "length_histogram") == (
         "length_histogram_of_lists"
     )
@@ -115,7 +116,7 @@ def test_lists_of_non_integers_are_refused_in_one_line(
     path.parent.mkdir()
     pq.write_table(pa.table({"t": pa.array(values, arrow_type)}), path)
     with pytest.raises(InputError) as raised:
-        scan.inspect_inputs([path], "t")
+        inspect_inputs([path], "t")
     message = str(raised.value)
     assert f"length column 't' (length_column) in {path} holds {shown} values" in message
     assert "expected integer token counts, or lists of integer token ids" in message
@@ -130,14 +131,14 @@ def test_lists_of_non_integers_are_refused_in_one_line(
 def test_an_id_column_of_lists_is_still_refused(tmp_path: Path) -> None:
     paths = _write_files(tmp_path, [3, 1], num_files=1)
     with pytest.raises(InputError, match=r"id column 'input_ids' .* holds list<element: int32> "):
-        scan.inspect_inputs(paths, "n", "input_ids")
+        inspect_inputs(paths, "n", "input_ids")
 
 
 def test_integer_length_columns_still_name_the_cast(tmp_path: Path) -> None:
     path = tmp_path / "a.parquet"
     pq.write_table(pa.table({"n": pa.array([1.5, 2.0])}), path)
     with pytest.raises(InputError, match=r"holds double values; expected integer token counts; "):
-        scan.inspect_inputs([path], "n")
+        inspect_inputs([path], "n")
 
 
 # ---- the histogram pass -----------------------------------------------------------------------

@@ -34,7 +34,7 @@ DOCUMENTED_MODULES = frozenset(
         "seqpack_cli.prepare.config",
         "seqpack_cli.prepare.job",
         "seqpack_cli.prepare.token_files",
-        "seqpack_cli.prepared.layout",
+        "seqpack_cli.prepared.format",
         "seqpack_cli.prepared.reader",
         "seqpack_cli.seeding",
         "seqpack_cli.token_sources",

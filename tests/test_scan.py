@@ -18,9 +18,12 @@ from test_architecture import import_graph
 from seqpack_cli.errors import InputError
 from seqpack_cli.over_cap import OverCap
 from seqpack_cli.prepare import scan
-from seqpack_cli.prepare.pools import engine as pools_module
+from seqpack_cli.prepare.db import connect, load_sql
+from seqpack_cli.prepare.footers import inspect_inputs
+from seqpack_cli.prepare.inputs import resolve_inputs
 from seqpack_cli.prepare.pools import id_checks
-from seqpack_cli.prepare.pools import layout as pool_layout
+from seqpack_cli.prepare.pools import offsets as pool_layout
+from seqpack_cli.prepare.pools import scan as pools_module
 from seqpack_cli.prepare.pools import split as pool_split
 from seqpack_cli.prepare.pools.tuning import PoolTuning
 
@@ -38,7 +41,7 @@ def test_sql_files_are_one_commented_statement_with_named_parameters(path: Path)
     assert ";" not in code.strip().rstrip(";"), "one statement per file"
     assert "$paths" in code, "inputs come in as the $paths parameter"
     assert not re.search(r"\{[a-z_]*\}|%s|%\(", code), "no string formatting placeholders"
-    assert scan.load_sql(path.stem) == text
+    assert load_sql(path.stem) == text
 
 
 # ---- resolve_inputs ---------------------------------------------------------------------------
@@ -55,11 +58,11 @@ def test_resolve_inputs_expands_files_globs_and_directories(tmp_path: Path) -> N
     write_parquet(tmp_path / "data" / ".hidden.parquet", {"a": [1]})
     (tmp_path / "data" / "_SUCCESS").write_text("")
     expected = sorted(files, key=lambda p: p.as_posix())
-    assert scan.resolve_inputs([tmp_path / "data"]) == expected
-    assert scan.resolve_inputs([str(tmp_path / "data" / "**" / "*.parquet")]) == expected
+    assert resolve_inputs([tmp_path / "data"]) == expected
+    assert resolve_inputs([str(tmp_path / "data" / "**" / "*.parquet")]) == expected
     # Order of naming and duplicates do not matter.
-    assert scan.resolve_inputs([files[2], files[0], files[1], files[0]]) == expected
-    assert scan.resolve_inputs(str(files[1])) == [files[1]]
+    assert resolve_inputs([files[2], files[0], files[1], files[0]]) == expected
+    assert resolve_inputs(str(files[1])) == [files[1]]
 
 
 @pytest.mark.parametrize(
@@ -72,14 +75,14 @@ def test_resolve_inputs_expands_files_globs_and_directories(tmp_path: Path) -> N
 )
 def test_resolve_inputs_refuses_what_matches_nothing(tmp_path: Path, make, message) -> None:
     with pytest.raises(InputError, match=re.escape(message)):
-        scan.resolve_inputs([make(tmp_path)])
+        resolve_inputs([make(tmp_path)])
 
 
 # ---- inspect_inputs ---------------------------------------------------------------------------
 
 
 def test_inspect_inputs_reads_row_counts_and_sizes(parquet_dataset: ParquetDataset) -> None:
-    files = scan.inspect_inputs(parquet_dataset.files, "num_tokens", "doc_id")
+    files = inspect_inputs(parquet_dataset.files, "num_tokens", "doc_id")
     assert [f.path for f in files] == parquet_dataset.files
     assert sum(f.num_rows for f in files) == len(parquet_dataset.lengths)
     assert all(f.num_bytes == f.path.stat().st_size for f in files)
@@ -89,27 +92,27 @@ def test_inspect_inputs_refuses_non_parquet_and_truncated_files(tmp_path: Path) 
     text_file = tmp_path / "notes.parquet"
     text_file.write_text("not parquet at all")
     with pytest.raises(InputError, match=r"notes\.parquet is not a readable parquet file"):
-        scan.inspect_inputs([text_file], "n")
+        inspect_inputs([text_file], "n")
     good = write_parquet(tmp_path / "good.parquet", {"n": list(range(1, 100))})
     cut = tmp_path / "cut.parquet"
     cut.write_bytes(good.read_bytes()[:-20])
     with pytest.raises(InputError, match=r"cut\.parquet is not a readable parquet file"):
-        scan.inspect_inputs([cut], "n")
+        inspect_inputs([cut], "n")
 
 
 def test_inspect_inputs_lists_the_columns_when_one_is_missing(tmp_path: Path) -> None:
     path = write_parquet(tmp_path / "a.parquet", {"tokens": [1], "doc": [2]})
     with pytest.raises(InputError, match=r"'length' \(length_column\).*columns are: tokens, doc"):
-        scan.inspect_inputs([path], "length")
+        inspect_inputs([path], "length")
     with pytest.raises(InputError, match=r"'uid' \(id_column\).*columns are: tokens, doc"):
-        scan.inspect_inputs([path], "tokens", "uid")
+        inspect_inputs([path], "tokens", "uid")
 
 
 @pytest.mark.parametrize(("values", "kind"), [([1.0, 2.5], "double"), (["3", "4"], "string")])
 def test_inspect_inputs_refuses_non_integer_lengths(tmp_path: Path, values, kind) -> None:
     path = write_parquet(tmp_path / "a.parquet", {"n": values})
     with pytest.raises(InputError, match=f"holds {kind} values; expected integer token counts"):
-        scan.inspect_inputs([path], "n")
+        inspect_inputs([path], "n")
 
 
 def test_inspect_inputs_names_the_file_whose_schema_disagrees(tmp_path: Path) -> None:
@@ -118,17 +121,15 @@ def test_inspect_inputs_names_the_file_whose_schema_disagrees(tmp_path: Path) ->
     c = write_parquet(tmp_path / "c.parquet", {"n": np.array([1], np.int64), "x": [1.5]})
     d = write_parquet(tmp_path / "d.parquet", {"n": np.array([1], np.int64)})
     e = write_parquet(tmp_path / "e.parquet", {"n": np.array([1], np.uint16), "x": [1]})
-    assert len(scan.inspect_inputs([a, b], "n")) == 2  # column order does not matter
+    assert len(inspect_inputs([a, b], "n")) == 2  # column order does not matter
     with pytest.raises(InputError, match=r"c\.parquet has a different schema.*'x' is double"):
-        scan.inspect_inputs([a, c], "n")
+        inspect_inputs([a, c], "n")
     # Integer widths agree: the length column is read as the widest (int32 + uint16 -> int32).
     narrow = write_parquet(tmp_path / "f.parquet", {"n": np.array([1], np.int32), "x": [1]})
-    assert [f.column_types for f in scan.inspect_inputs([narrow, e], "n")] == [
-        (("n", "INTEGER"),)
-    ] * 2
-    assert scan.inspect_inputs([e, a], "n")[0].column_types == (("n", "BIGINT"),)
+    assert [f.column_types for f in inspect_inputs([narrow, e], "n")] == [(("n", "INTEGER"),)] * 2
+    assert inspect_inputs([e, a], "n")[0].column_types == (("n", "BIGINT"),)
     with pytest.raises(InputError, match=r"d\.parquet has a different schema.*no column 'x'"):
-        scan.inspect_inputs([a, d], "n")
+        inspect_inputs([a, d], "n")
 
 
 # ---- histogram --------------------------------------------------------------------------------
@@ -157,7 +158,7 @@ def test_histogram_reports_progress(parquet_dataset: ParquetDataset) -> None:
 def test_histogram_refuses_bad_lengths_with_count_and_first_row(tmp_path: Path, bad, shown) -> None:
     write_parquet(tmp_path / "a.parquet", {"n": [3, 4, 5]})
     write_parquet(tmp_path / "b.parquet", {"n": [3, bad, 7, bad]})
-    files = scan.resolve_inputs([tmp_path])
+    files = resolve_inputs([tmp_path])
     message = rf"2 NULL, zero or negative lengths, the first \({shown}\) in .*b\.parquet at row 1"
     with pytest.raises(InputError, match=message):
         scan.scan_length_histogram(files, "n")
@@ -175,11 +176,11 @@ def _scan_pools(files, counts, *, id_column, tmp_path, max_seq_len=10**9, worker
 
     work = tmp_path / "work"
     work.mkdir(exist_ok=True)
-    con = scan.connect(threads=2)
+    con = connect(threads=2)
     try:
         result = pools_module.scan_pools(
             con,
-            scan.inspect_inputs(files, "num_tokens", id_column),
+            inspect_inputs(files, "num_tokens", id_column),
             "num_tokens",
             counts,
             id_column=id_column,
@@ -324,7 +325,7 @@ def test_merged_runs_sorts_a_pool_larger_than_memory_runs(tmp_path: Path) -> Non
 def test_null_ids_are_refused_with_count_and_first_row(tmp_path: Path) -> None:
     write_parquet(tmp_path / "a.parquet", {"num_tokens": [3, 4], "doc_id": [1, 2]})
     write_parquet(tmp_path / "b.parquet", {"num_tokens": [3, 4, 5], "doc_id": [3, None, None]})
-    files = scan.resolve_inputs([tmp_path])
+    files = resolve_inputs([tmp_path])
     with pytest.raises(
         InputError, match=r"2 NULL ids, the first in .*b\.parquet at row 1 \(0-based\)"
     ):
@@ -341,7 +342,7 @@ def test_duplicate_ids_are_refused_with_count_and_example(tmp_path: Path, step: 
     write_parquet(
         tmp_path / "b.parquet", {"num_tokens": [5, 6, 7], "doc_id": [x * step for x in (2, 4, 8)]}
     )
-    files = scan.resolve_inputs([tmp_path])
+    files = resolve_inputs([tmp_path])
     counts = {3: 1, 4: 1, 5: 2, 6: 2, 7: 1}
     message = (
         rf"2 duplicated ids \(3 extra rows\), e\.g\. id {2 * step} in .*a\.parquet at row 1 "
@@ -419,7 +420,7 @@ def test_bounded_id_spans_are_never_sorted(
     def refuse(*args, **kwargs):
         raise AssertionError("sorted or split pools on the id-map path")
 
-    from seqpack_cli.prepare.pools import engine as pools
+    from seqpack_cli.prepare.pools import scan as pools
 
     monkeypatch.setattr(pool_split, "sort_pools", refuse)
     monkeypatch.setattr(pool_split, "merged_runs", refuse)
@@ -431,12 +432,12 @@ def test_bounded_id_spans_are_never_sorted(
 
 
 def test_footer_id_bounds_pick_the_path(tmp_path: Path) -> None:
-    from seqpack_cli.prepare.pools import engine as pools
     from seqpack_cli.prepare.pools import id_map
+    from seqpack_cli.prepare.pools import scan as pools
 
     ids = np.array([5, 9, 7, 100], dtype=np.int64)
     path = write_parquet(tmp_path / "a.parquet", {"num_tokens": [1, 2, 1, 2], "doc_id": ids})
-    files = scan.inspect_inputs([path], "num_tokens", "doc_id")
+    files = inspect_inputs([path], "num_tokens", "doc_id")
     assert pools.footer_id_bounds(files, "doc_id") == (5, 100)
     layout = pool_layout.Layout({1: 2, 2: 2})
     assert id_map.fits(layout, 5, 100, 8192)
@@ -452,7 +453,7 @@ def test_footer_id_bounds_pick_the_path(tmp_path: Path) -> None:
     pq.write_table(
         pa.table({"num_tokens": [1, 2, 1, 2], "doc_id": ids}), bare, write_statistics=False
     )
-    bare_files = scan.inspect_inputs([bare], "num_tokens", "doc_id")
+    bare_files = inspect_inputs([bare], "num_tokens", "doc_id")
     assert pools.footer_id_bounds(bare_files, "doc_id") is None
     got, result = _scan_pools([bare], {1: 2, 2: 2}, id_column="doc_id", tmp_path=tmp_path)
     _assert_pools_equal(got, {1: np.array([5, 7]), 2: np.array([9, 100])})
@@ -471,8 +472,8 @@ def test_ids_outside_the_footer_bounds_mean_changed_inputs() -> None:
 def test_the_pools_pass_builds_on_scan_not_the_reverse() -> None:
     # scan used to re-export scan_pools lazily, hiding a cycle scan -> pools -> scan.
     graph = import_graph()
-    assert "seqpack_cli.prepare.scan" in graph["seqpack_cli.prepare.pools.engine"]
-    assert "seqpack_cli.prepare.pools.engine" not in graph["seqpack_cli.prepare.scan"]
+    assert "seqpack_cli.prepare.scan" in graph["seqpack_cli.prepare.pools.scan"]
+    assert "seqpack_cli.prepare.pools.scan" not in graph["seqpack_cli.prepare.scan"]
     assert not hasattr(scan, "scan_pools")
 
 
@@ -512,7 +513,7 @@ def test_id_check_flags_every_duplicate_and_gives_back_real_ids(
 
 
 def test_the_duplicate_bitmap_grows_with_the_ids_up_to_its_cap() -> None:
-    from seqpack_cli.prepare.pools.engine import check_bits_log2
+    from seqpack_cli.prepare.pools.scan import check_bits_log2
 
     tuning = PoolTuning()
     assert check_bits_log2(0, tuning) == 16

@@ -135,7 +135,7 @@ class PrepareConfig:
 
     def __post_init__(self) -> None:
         with signals_held():  # the first import of DuckDB, which a signal must not cut short
-            from seqpack_cli.prepare.scan import check_memory_limit, check_temp_dir
+            from seqpack_cli.prepare.db import check_memory_limit, check_temp_dir
 
         inputs = self.inputs
         if isinstance(inputs, (str, os.PathLike)):

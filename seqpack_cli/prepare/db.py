@@ -135,7 +135,7 @@ def _real_names(text: str) -> str:
 
 
 class ReadFile(Protocol):
-    """What `read_params` needs of an input (`seqpack_cli.prepare.scan.InputFile` has it)."""
+    """What `read_params` needs of an input (`seqpack_cli.prepare.footers.InputFile` has it)."""
 
     @property
     def path(self) -> Path: ...

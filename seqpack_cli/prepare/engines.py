@@ -6,7 +6,7 @@ manager that the job enters inside its `PreparedWriter` block, so that an engine
 all its work before the writer removes the temporary directory:
 
 - `LocalEngine` (`--engine local`, the default): one DuckDB connection in this process
-  (`scan.inspect_inputs`, `scan.length_histogram`, `pools.engine.scan_pools`);
+  (`footers.inspect_inputs`, `scan.length_histogram`, `pools.scan.scan_pools`);
 - `cluster.driver.ClusterEngine` (`--engine dask`): the same SQL as tasks on a Dask cluster.
 """
 
@@ -37,7 +37,7 @@ class Engine(Protocol):
     ) -> None: ...
 
     def inspect(self, paths: Sequence[Path]) -> list[Any]:
-        """The inputs' footers, checked (`scan.InputFile` each, in the inputs' order)."""
+        """The inputs' footers, checked (`footers.InputFile` each, in the inputs' order)."""
         ...
 
     def histogram(self, files: Sequence[Any], writer: PreparedWriter) -> dict[int, int]:
@@ -47,7 +47,7 @@ class Engine(Protocol):
 
     def pools(self, files: Sequence[Any], kept: Mapping[int, int], writer: PreparedWriter) -> Any:
         """Every `pools/{length}.npy` of `kept` written and recorded in `writer`; a
-        `pools.engine.PoolScan`."""
+        `pools.scan.PoolScan`."""
         ...
 
     def describe(self) -> dict[str, Any]:
@@ -76,7 +76,7 @@ class LocalEngine:
         self._close()
 
     def _close(self) -> None:
-        from seqpack_cli.prepare.scan import close_connection
+        from seqpack_cli.prepare.db import close_connection
 
         con, self._con = self._con, None
         if con is not None:
@@ -88,7 +88,7 @@ class LocalEngine:
         return inspect_inputs(paths, self.config.length_column, self.config.id_column)
 
     def _connection(self) -> Any:
-        from seqpack_cli.prepare.scan import connect
+        from seqpack_cli.prepare.db import connect
 
         if self._con is None:
             config = self.config
@@ -104,7 +104,7 @@ class LocalEngine:
         return length_histogram(con, files, self.config.length_column, progress=self.progress)
 
     def pools(self, files: Sequence[Any], kept: Mapping[int, int], writer: PreparedWriter) -> Any:
-        from seqpack_cli.prepare.pools.engine import scan_pools
+        from seqpack_cli.prepare.pools.scan import scan_pools
 
         config = self.config
         writer.create_pool_files(kept)

@@ -21,7 +21,7 @@ from collections.abc import Iterator, Sequence
 from pathlib import Path
 
 from seqpack_cli.errors import ConfigError, InputError, option
-from seqpack_cli.prepared.layout import FORMAT_NAME, MANIFEST_NAME
+from seqpack_cli.prepared.format import FORMAT_NAME, MANIFEST_NAME
 from seqpack_cli.prepared.siblings import is_sibling_of
 
 __all__ = ["GLOB_CHARS", "PARQUET_SUFFIXES", "check_outside", "not_regular", "resolve_inputs"]

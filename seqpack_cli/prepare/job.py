@@ -39,7 +39,7 @@ from seqpack_cli.prepared import (
     recover_siblings,
     templates_to_json,
 )
-from seqpack_cli.prepared.layout import TOKEN_STORE_KEY
+from seqpack_cli.prepared.format import TOKEN_STORE_KEY
 from seqpack_cli.prepared.multiples import multiple_padding, pack_slots, slot_stats
 from seqpack_cli.prepared.slot_pools import SlotPools
 from seqpack_cli.progress import ProgressCallback
@@ -274,10 +274,9 @@ def prepare_dataset(config: PrepareConfig, *, progress: ProgressCallback | None 
             replace (an existing one without `overwrite`).
     """
     from seqpack_cli.prepare.engines import open_engine
-    from seqpack_cli.prepare.inputs import check_outside
+    from seqpack_cli.prepare.inputs import check_outside, resolve_inputs
     from seqpack_cli.prepare.one_pass import Fallback, OnePass, read_in_one_pass
-    from seqpack_cli.prepare.pools.layout import changed_error
-    from seqpack_cli.prepare.scan import resolve_inputs
+    from seqpack_cli.prepare.pools.offsets import changed_error
 
     started = time.perf_counter()
     output = Path(config.output)

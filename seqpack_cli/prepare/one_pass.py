@@ -31,8 +31,8 @@ import numpy as np
 from seqpack_cli.errors import ConfigError, InputError, option
 from seqpack_cli.prepare.config import PrepareConfig
 from seqpack_cli.prepare.pools.ascending import append_ascending
-from seqpack_cli.prepare.pools.engine import PoolScan
-from seqpack_cli.prepare.pools.layout import Layout, PoolAppend, num_workers
+from seqpack_cli.prepare.pools.offsets import Layout, PoolAppend, num_workers
+from seqpack_cli.prepare.pools.scan import PoolScan
 from seqpack_cli.prepare.streamed_store import StreamedStore
 from seqpack_cli.prepare.token_files import row_locator, source_info, write_id_index
 from seqpack_cli.prepare.token_reading import (
@@ -44,7 +44,7 @@ from seqpack_cli.prepare.token_reading import (
 from seqpack_cli.prepare.token_store import STORE_RULES
 from seqpack_cli.prepare.token_stream import Fault, StreamSpec, stream_token_batches
 from seqpack_cli.prepared import PreparedWriter
-from seqpack_cli.prepared.layout import STORE_ROLES
+from seqpack_cli.prepared.format import STORE_ROLES
 from seqpack_cli.prepared.mounts import remove_tree
 from seqpack_cli.progress import ProgressCallback
 from seqpack_cli.token_sources import IDS_NAME, INFO_NAME, OFFSETS_NAME, ROWS_NAME, TOKENS_NAME

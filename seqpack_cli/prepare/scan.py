@@ -2,7 +2,7 @@
 
 The first pass (DESIGN.md decision 6): `length_histogram` is one cheap GROUP BY over the length
 column, and bad lengths (NULL, <= 0) are refused here, before any heavy work. The second pass,
-over (length, id), lives in `prepare.pools.engine` (`scan_pools`), which builds on this module.
+over (length, id), lives in `prepare.pools.scan` (`scan_pools`), which builds on this module.
 
 The length column holds integer token counts, or token lists (LIST / LARGE_LIST of integers,
 e.g. TRL-style `input_ids`): then a sequence's length is its number of elements, counted by
@@ -13,8 +13,7 @@ Inputs are resolved by `prepare.inputs` (`resolve_inputs`: files, globs, directo
 left out or counted twice without a word) and their footers checked by `prepare.footers`
 (`inspect_inputs`: row counts, schema, column types, names DuckDB could confuse) before DuckDB
 reads a row. The DuckDB side (connection, settings, SQL, error wording, how paths and columns are
-bound) is in `prepare.db`. The names other modules import from here keep working: they are
-re-exported.
+bound) is in `prepare.db`. Their names are imported from those modules, not from here.
 """
 
 from __future__ import annotations
@@ -28,53 +27,28 @@ import duckdb
 
 from seqpack_cli.errors import InputError
 from seqpack_cli.prepare.db import (
-    check_memory_limit,
-    check_temp_dir,
     close_connection,
     connect,
-    duckdb_path,
     fetch_with_progress,
-    first_line,
     load_sql,
     one_row,
     read_error,
     read_params,
 )
 from seqpack_cli.prepare.footers import (
-    Footer,
     InputFile,
-    check_footers,
     inspect_inputs,
-    read_footer,
 )
-from seqpack_cli.prepare.inputs import PARQUET_SUFFIXES, resolve_inputs
 from seqpack_cli.progress import ProgressCallback
 
 __all__ = [
-    "PARQUET_SUFFIXES",
-    "Footer",
     "HistogramPart",
-    "InputFile",
-    "check_footers",
-    "check_memory_limit",
-    "check_temp_dir",
     "checked_histogram",
-    "close_connection",
-    "connect",
-    "duckdb_path",
-    "first_line",
     "histogram_part",
-    "inspect_inputs",
     "is_token_lists",
     "length_histogram",
     "length_query",
-    "load_sql",
     "location",
-    "one_row",
-    "read_error",
-    "read_footer",
-    "read_params",
-    "resolve_inputs",
     "scan_length_histogram",
 ]
 

@@ -1,6 +1,6 @@
 """The `prepared/` directory: the on-disk index that `seqpack prepare` writes once.
 
-- `layout`: file names, the format version, canonical JSON bytes, `Prepared`;
+- `format`: file names, the format version, canonical JSON bytes, `Prepared`;
 - `writer`: `PreparedWriter` (atomic: temporary sibling, manifest last, one swap), `write_prepared`;
 - `staging`: the hidden temporary sibling the writer builds in: created, locked, discarded;
 - `pool_files`: the `pools/{length}.npy` files, created with their headers, filled by appends;
@@ -25,7 +25,7 @@ Part of the training-time runtime: imports neither duckdb nor rich.
 
 from __future__ import annotations
 
-from seqpack_cli.prepared.layout import (
+from seqpack_cli.prepared.format import (
     COUNTS_NAME,
     FORMAT_NAME,
     FORMAT_VERSION,

@@ -18,7 +18,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from seqpack_cli.prepared.layout import COUNTS_NAME, MANIFEST_NAME, TEMPLATES_NAME
+from seqpack_cli.prepared.format import COUNTS_NAME, MANIFEST_NAME, TEMPLATES_NAME
 from seqpack_cli.prepared.schema import INT_RANGE_MAX, MAX_INT, unusable
 from seqpack_cli.prepared.strict_json import show
 

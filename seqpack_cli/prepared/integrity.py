@@ -23,7 +23,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from seqpack_cli.prepared.layout import MANIFEST_NAME, STORE_ROLES
+from seqpack_cli.prepared.format import MANIFEST_NAME, STORE_ROLES
 from seqpack_cli.prepared.schema import unusable
 
 __all__ = [

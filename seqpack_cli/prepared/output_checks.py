@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from seqpack_cli.errors import ConfigError, option
-from seqpack_cli.prepared.layout import (
+from seqpack_cli.prepared.format import (
     COUNTS_NAME,
     FORMAT_NAME,
     MANIFEST_NAME,

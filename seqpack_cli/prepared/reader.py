@@ -39,13 +39,13 @@ from seqpack_cli.prepared.consistency import (
     read_counts,
     read_templates,
 )
+from seqpack_cli.prepared.format import COUNTS_NAME, MANIFEST_NAME, TEMPLATES_NAME, Prepared
 from seqpack_cli.prepared.integrity import (
     EDGES_KEY,
     check_manifest_digest,
     edge_digest,
     manifest_digest,
 )
-from seqpack_cli.prepared.layout import COUNTS_NAME, MANIFEST_NAME, TEMPLATES_NAME, Prepared
 from seqpack_cli.prepared.multiples import check_length_multiple, slot_counts
 from seqpack_cli.prepared.pool_files import POOL_DTYPE as _POOL_DTYPE
 from seqpack_cli.prepared.pool_files import POOLS_DIR, npy_header, pool_file_name

@@ -26,7 +26,7 @@ from seqpack_cli import __version__
 from seqpack_cli.checks import MAX_SEQ_LEN_LIMIT
 from seqpack_cli.errors import PreparedFormatError
 from seqpack_cli.over_cap import OVER_CAP
-from seqpack_cli.prepared.layout import (
+from seqpack_cli.prepared.format import (
     COUNTS_NAME,
     FORMAT_NAME,
     FORMAT_VERSION,

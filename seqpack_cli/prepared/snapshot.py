@@ -18,8 +18,8 @@ import os
 from pathlib import Path
 
 from seqpack_cli.errors import PreparedFormatError
+from seqpack_cli.prepared.format import MANIFEST_NAME
 from seqpack_cli.prepared.integrity import manifest_digest
-from seqpack_cli.prepared.layout import MANIFEST_NAME
 from seqpack_cli.prepared.schema import unusable
 from seqpack_cli.prepared.strict_json import parse_json
 from seqpack_cli.token_sources import opener_at

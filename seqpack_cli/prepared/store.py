@@ -20,7 +20,7 @@ import numpy as np
 
 from seqpack_cli.errors import InputError, PreparedFormatError
 from seqpack_cli.over_cap import OverCap
-from seqpack_cli.prepared.layout import STORE_ROLES, TOKEN_STORE_KEY
+from seqpack_cli.prepared.format import STORE_ROLES, TOKEN_STORE_KEY
 from seqpack_cli.prepared.pool_files import pool_file_name
 from seqpack_cli.prepared.schema import unusable
 from seqpack_cli.prepared.snapshot import open_directory, reopen

@@ -35,8 +35,7 @@ from seqpack_cli import __version__
 from seqpack_cli.errors import ConfigError, InputError, PreparedFormatError, option
 from seqpack_cli.interrupts import Interrupts, signal_exception, signal_name, signals_blocked
 from seqpack_cli.prepared.consistency import check_figures, check_templates, read_templates
-from seqpack_cli.prepared.integrity import seal_manifest, with_edge_digests
-from seqpack_cli.prepared.layout import (
+from seqpack_cli.prepared.format import (
     COUNTS_NAME,
     FORMAT_NAME,
     FORMAT_VERSION,
@@ -45,6 +44,7 @@ from seqpack_cli.prepared.layout import (
     counts_to_json,
     templates_to_json,
 )
+from seqpack_cli.prepared.integrity import seal_manifest, with_edge_digests
 from seqpack_cli.prepared.mounts import remove_tree
 from seqpack_cli.prepared.output_checks import check_output
 from seqpack_cli.prepared.pool_creation import BackgroundPoolFiles

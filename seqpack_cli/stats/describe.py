@@ -425,7 +425,7 @@ class StatsReport:
         """The `seqpack stats --json` document; keys in `JSON_SCHEMA`, meanings in this module's
         docstring."""
         if self.profile is not None:
-            from seqpack_cli.prepared.layout import inputs_overview  # numpy: loaded by now
+            from seqpack_cli.prepared.format import inputs_overview  # numpy: loaded by now
 
             manifest = self.manifest or {}
             document = {
@@ -604,7 +604,8 @@ def _sweep_parquet(request: StatsRequest, progress: ProgressCallback | None) -> 
     from seqpack_cli.stats.sweep import sweep_max_seq_len
 
     with signals_held():  # a signal must not land inside DuckDB's initialisation (it aborts)
-        from seqpack_cli.prepare.scan import resolve_inputs, scan_length_histogram
+        from seqpack_cli.prepare.inputs import resolve_inputs
+        from seqpack_cli.prepare.scan import scan_length_histogram
     files = resolve_inputs(request.inputs)
     counts = scan_length_histogram(
         files,

@@ -2,7 +2,7 @@
 
 The phases, each a set of tasks over file groups (`groups`) whose small results come back here:
 
-1. footers (`tasks.read_footers`), checked in the inputs' order (`scan.check_footers`);
+1. footers (`tasks.read_footers`), checked in the inputs' order (`footers.check_footers`);
 2. the histogram of each file group (`tasks.group_histogram`), added up and checked
    (`scan.checked_histogram`): the same messages for bad lengths as the local engine, counted
    over every file;
@@ -66,8 +66,8 @@ from seqpack_cli.prepare.cluster.tasks import (
 from seqpack_cli.prepare.config import PrepareConfig
 from seqpack_cli.prepare.footers import InputFile, check_footers
 from seqpack_cli.prepare.one_pass import write_error
-from seqpack_cli.prepare.pools.engine import PoolScan, null_ids_error
 from seqpack_cli.prepare.pools.id_checks import duplicate_ids_error
+from seqpack_cli.prepare.pools.scan import PoolScan, null_ids_error
 from seqpack_cli.prepare.scan import checked_histogram
 from seqpack_cli.prepared import PreparedWriter, pool_file_name
 from seqpack_cli.prepared.pool_creation import BackgroundPoolFiles

@@ -17,7 +17,7 @@ from collections.abc import Callable, Iterable
 
 import numpy as np
 
-from seqpack_cli.prepare.pools.layout import Layout, changed_error
+from seqpack_cli.prepare.pools.offsets import Layout, changed_error
 from seqpack_cli.prepare.pools.split import sort_pools
 
 __all__ = ["ids_by_length"]

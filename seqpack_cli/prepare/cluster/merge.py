@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from seqpack_cli.prepare.pools.layout import changed_error
+from seqpack_cli.prepare.pools.offsets import changed_error
 
 __all__ = [
     "MIN_BLOCK",

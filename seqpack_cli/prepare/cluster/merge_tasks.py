@@ -32,7 +32,7 @@ from seqpack_cli.prepare.cluster.merge import (
 )
 from seqpack_cli.prepare.cluster.pool_tasks import run_paths
 from seqpack_cli.prepare.cluster.tasks import check_visible
-from seqpack_cli.prepare.pools.layout import changed_error
+from seqpack_cli.prepare.pools.offsets import changed_error
 from seqpack_cli.prepared.pool_files import POOLS_DIR, npy_header, pool_file_name, write_all
 
 __all__ = ["DuplicatePart", "MergeJob", "WrittenPool", "check_range", "merge_pools"]

@@ -1,6 +1,6 @@
 """The pools task of one file group: its ids, ascending per length, in a run file of its own.
 
-What the local engine does for all rows (`prepare.pools.engine.scan_pools`), done for one group
+What the local engine does for all rows (`prepare.pools.scan.scan_pools`), done for one group
 with the same SQL: DuckDB streams (length, id); a group of at most `ClusterTuning.memory_ids` ids
 is ordered in memory (`group_sort`), a larger one (a single large file) as the local engine
 orders all rows, in bounded memory: by the id map (a counting sort, for ids whose span is at most
@@ -37,25 +37,20 @@ from seqpack_cli.prepare.cluster.group_sort import ids_by_length
 from seqpack_cli.prepare.cluster.groups import FileGroup, GroupCounts
 from seqpack_cli.prepare.cluster.merge import RunEncoding, pwrite_encoded
 from seqpack_cli.prepare.cluster.tasks import TaskSettings, check_inputs, check_visible
+from seqpack_cli.prepare.db import close_connection, load_sql, read_error, read_params
 from seqpack_cli.prepare.pools import id_map
-from seqpack_cli.prepare.pools.engine import (
+from seqpack_cli.prepare.pools.offsets import Layout, changed_error
+from seqpack_cli.prepare.pools.scan import (
     first_null_id,
     footer_id_bounds,
     id_cast_error,
     reserve_work_file,
 )
-from seqpack_cli.prepare.pools.layout import Layout, changed_error
 from seqpack_cli.prepare.pools.scatter import scatter
 from seqpack_cli.prepare.pools.split import merged_runs, split_pools
 from seqpack_cli.prepare.pools.stream import NullIds, stream_batches
 from seqpack_cli.prepare.pools.tuning import PoolTuning
-from seqpack_cli.prepare.scan import (
-    close_connection,
-    length_query,
-    load_sql,
-    read_error,
-    read_params,
-)
+from seqpack_cli.prepare.scan import length_query
 
 __all__ = ["GroupPools", "PoolsJob", "group_pools", "run_paths"]
 

@@ -39,8 +39,8 @@ from seqpack_cli.prepare.cluster.split_tasks import (
 )
 from seqpack_cli.prepare.cluster.store_driver import StoreHooks
 from seqpack_cli.prepare.config import PrepareConfig
-from seqpack_cli.prepare.pools.engine import PoolScan
-from seqpack_cli.prepare.pools.layout import changed_error
+from seqpack_cli.prepare.pools.offsets import changed_error
+from seqpack_cli.prepare.pools.scan import PoolScan
 from seqpack_cli.prepare.streamed_store import piece_ids_error
 from seqpack_cli.prepare.token_reading import npy_header
 from seqpack_cli.prepared import PreparedWriter, pool_file_name

@@ -53,7 +53,7 @@ from seqpack_cli.prepare.cluster.store_tasks import (
 from seqpack_cli.prepare.cluster.tasks import TaskSettings
 from seqpack_cli.prepare.config import PrepareConfig
 from seqpack_cli.prepare.one_pass import write_error
-from seqpack_cli.prepare.pools.layout import changed_error
+from seqpack_cli.prepare.pools.offsets import changed_error
 from seqpack_cli.prepare.token_files import row_locator, source_info
 from seqpack_cli.prepare.token_reading import (
     TokenInput,

@@ -25,15 +25,9 @@ from seqpack_cli.errors import ConfigError, InputError
 from seqpack_cli.prepare.cluster.fingerprints import Fingerprint, difference, fingerprint
 from seqpack_cli.prepare.cluster.groups import FileGroup, GroupHistogram
 from seqpack_cli.prepare.config import engine_option
+from seqpack_cli.prepare.db import close_connection, connect, load_sql, read_error, read_params
 from seqpack_cli.prepare.footers import Footer, read_footer
-from seqpack_cli.prepare.scan import (
-    close_connection,
-    connect,
-    histogram_part,
-    load_sql,
-    read_error,
-    read_params,
-)
+from seqpack_cli.prepare.scan import histogram_part
 
 __all__ = [
     "TaskSettings",
@@ -146,7 +140,7 @@ def read_footers(
 ) -> list[Footer | InputError]:
     """The footers of consecutive inputs, each checked against the driver's fingerprint of it
     (None: the driver could not read it, so neither should this worker); a file's problem is
-    returned in its place, and ends the list (`scan.check_footers` raises it when its turn
+    returned in its place, and ends the list (`footers.check_footers` raises it when its turn
     comes)."""
     check_visible(paths)
     footers: list[Footer | InputError] = []

@@ -2,7 +2,7 @@
 
 The one-pass token store (`prepare.one_pass`) knows every sequence's length from its offsets and
 its ids in ascending order (row indexes, or the id index it sorted anyway), so the pools need
-neither the id map nor the scatter and sort of `engine`: a stable counting sort of each chunk's
+neither the id map nor the scatter and sort of `scan`: a stable counting sort of each chunk's
 lengths groups its ids by length, still ascending, and each group is appended to its pool file,
 chunk after chunk, so every pool is written ascending, once (`IdMap.write_pools` does the same
 with the ids its map puts in order). Memory: one chunk and the batched small appends.
@@ -15,7 +15,7 @@ from collections.abc import Iterable
 import numpy as np
 
 from seqpack_cli.prepare.pools.id_map import AppendBatcher
-from seqpack_cli.prepare.pools.layout import Layout, PoolAppend, changed_error
+from seqpack_cli.prepare.pools.offsets import Layout, PoolAppend, changed_error
 from seqpack_cli.progress import ProgressCallback
 
 __all__ = ["append_ascending"]

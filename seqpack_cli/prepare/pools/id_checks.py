@@ -19,15 +19,9 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from seqpack_cli.errors import ConfigError, InputError, option
-from seqpack_cli.prepare.scan import (
-    InputFile,
-    duckdb_path,
-    load_sql,
-    location,
-    one_row,
-    read_error,
-    read_params,
-)
+from seqpack_cli.prepare.db import duckdb_path, load_sql, one_row, read_error, read_params
+from seqpack_cli.prepare.footers import InputFile
+from seqpack_cli.prepare.scan import location
 
 __all__ = ["IdCheck", "check_duplicates", "duplicate_ids_error"]
 

@@ -26,7 +26,7 @@ from concurrent.futures import Future, ThreadPoolExecutor
 
 import numpy as np
 
-from seqpack_cli.prepare.pools.layout import Layout, PoolAppend, changed_error
+from seqpack_cli.prepare.pools.offsets import Layout, PoolAppend, changed_error
 from seqpack_cli.prepare.pools.tuning import PoolTuning
 from seqpack_cli.progress import ProgressCallback
 

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import numpy as np
 
-from seqpack_cli.prepare.pools.layout import Layout, changed_error
+from seqpack_cli.prepare.pools.offsets import Layout, changed_error
 from seqpack_cli.progress import ProgressCallback
 
 __all__ = ["scatter"]

@@ -17,7 +17,7 @@ from pathlib import Path
 import numpy as np
 
 from seqpack_cli.prepare.pools.id_checks import IdCheck
-from seqpack_cli.prepare.pools.layout import Layout, PoolAppend, read_ids
+from seqpack_cli.prepare.pools.offsets import Layout, PoolAppend, read_ids
 from seqpack_cli.progress import ProgressCallback
 
 __all__ = ["merged_runs", "sort_pools", "split_pools"]

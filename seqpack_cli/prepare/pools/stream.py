@@ -1,6 +1,6 @@
 """DuckDB's result streamed as numpy batches, decoded by a thread one step ahead: `stream_batches`.
 
-The pools passes (`engine.scan_pools`, and the Dask engine's group tasks) consume (length, id)
+The pools passes (`scan.scan_pools`, and the Dask engine's group tasks) consume (length, id)
 this way. A batch with a NULL id stops the stream with `NullIds` (the caller locates and words
 it); an error DuckDB raises while a later batch is fetched, which pyarrow's reader hands on as an
 OSError, is raised as DuckDB's own class again, so it is worded like the same error on the first.

@@ -40,23 +40,16 @@ import pyarrow.parquet as pq
 
 from seqpack_cli.errors import ConfigError, InputError, option
 from seqpack_cli.over_cap import OverCap
+from seqpack_cli.prepare.db import first_line, load_sql, one_row, read_error, read_params
+from seqpack_cli.prepare.footers import InputFile
 from seqpack_cli.prepare.pools import id_map
 from seqpack_cli.prepare.pools.id_checks import IdCheck, check_duplicates
-from seqpack_cli.prepare.pools.layout import Layout, PoolAppend, changed_error, num_workers
+from seqpack_cli.prepare.pools.offsets import Layout, PoolAppend, changed_error, num_workers
 from seqpack_cli.prepare.pools.scatter import scatter
 from seqpack_cli.prepare.pools.split import split_pools
 from seqpack_cli.prepare.pools.stream import NullIds, stream_batches
 from seqpack_cli.prepare.pools.tuning import PoolTuning
-from seqpack_cli.prepare.scan import (
-    InputFile,
-    first_line,
-    length_query,
-    load_sql,
-    location,
-    one_row,
-    read_error,
-    read_params,
-)
+from seqpack_cli.prepare.scan import length_query, location
 from seqpack_cli.progress import ProgressCallback
 
 __all__ = [
