@@ -629,7 +629,7 @@ def test_same_packing_in_another_process() -> None:
 
 def test_reports_show_the_lp_bound_where_it_was_computed() -> None:
     from seqpack_cli.stats.profile import profile_packing
-    from seqpack_cli.stats.report import profile_figures
+    from seqpack_cli.stats.render.terminal import profile_figures
 
     hist = {300: 7, 200: 7, 150: 5, 50: 9, 499: 3}
     packed = pack_length_histogram_batched(hist, 512, max_seqs_per_bin=2)

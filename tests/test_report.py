@@ -18,9 +18,10 @@ from rich.cells import cell_len
 from rich.console import Console
 
 from seqpack_cli.errors import ConfigError
-from seqpack_cli.stats.html import render_profile_html, render_sweep_html, write_html_report
 from seqpack_cli.stats.profile import PackingProfile, profile_packing
-from seqpack_cli.stats.report import (
+from seqpack_cli.stats.render.html import render_profile_html, render_sweep_html, write_html_report
+from seqpack_cli.stats.render.svg import text_width
+from seqpack_cli.stats.render.terminal import (
     efficiency_style,
     format_efficiency,
     format_padding,
@@ -29,9 +30,8 @@ from seqpack_cli.stats.report import (
     render_profile,
     text_bar,
 )
-from seqpack_cli.stats.svg import text_width
+from seqpack_cli.stats.render.terminal_sweep import render_sweep
 from seqpack_cli.stats.sweep import SweepResult, sweep_max_seq_len
-from seqpack_cli.stats.sweep_report import render_sweep
 
 # 6 bins at max_seq_len 10: (5,5) x3 full, (7,) x2, (4,3,2) x1
 TEMPLATES = Counter({(5, 5): 3, (7,): 2, (4, 3, 2): 1})

@@ -11,9 +11,8 @@
 - `multiple_cost`: the padding a length multiple costs (slots rounded up to a multiple m);
 - `rank_balance`: how unequal the data-parallel ranks' costs would be in each step of a run's
   plan, without and with balancing by cost (`PlanBalance`; `seqpack stats --world-size`);
-- `render`: a `StatsReport` drawn, by mode: `report` (the terminal, rich) or `html` (the
-  self-contained `--html` page, its charts drawn by `svg`); `sweep_report` draws a sweep in the
-  terminal; `rank_balance_report` draws the rank balance for both.
+- `render` (subpackage): a `StatsReport` drawn, in the terminal (rich) or as the
+  self-contained `--html` page.
 
 `PackingStats` is defined in `seqpack_cli.packing.efficiency` (the prepare job needs it, and it
 sits below the job) and is re-exported here under the reference's path, lazily: importing

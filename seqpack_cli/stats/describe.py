@@ -2,8 +2,8 @@
 
 `describe(StatsRequest(...))` decides the mode from the request and returns a `StatsReport`;
 `StatsReport.to_dict()` is the document `seqpack stats --json` prints, and the CLI only renders
-it (`seqpack_cli.stats.render`: the terminal report of `seqpack_cli.stats.report`, the HTML page
-of `seqpack_cli.stats.html`).
+it (`seqpack_cli.stats.render`: the terminal report of its `terminal` module, the HTML page of
+its `html` module).
 
 The mode:
 

@@ -4,7 +4,7 @@
 directory's counts.json and templates.json) into a `PackingProfile`: the `PackingStats`, the
 engine's lower bound, both baselines (`seqpack_cli.stats.baselines`), the length summary and the
 chart data (`seqpack_cli.stats.distribution`). `seqpack_cli.stats.describe` builds the
-`--json` document from it; `seqpack_cli.stats.report` and `seqpack_cli.stats.html` draw it.
+`--json` document from it; `seqpack_cli.stats.render` (`terminal`, `html`) draws it.
 """
 
 from __future__ import annotations

@@ -1,26 +1,31 @@
 """A `StatsReport` drawn for a person: the terminal report and the HTML page of `seqpack stats`.
 
-`seqpack_cli.stats.describe` computes the report; this module picks the drawing for its mode (a
-prepared directory's `PackingProfile`, or a `SweepResult`), words its title and the prepared
-directory's details from the manifest, and hands them to `seqpack_cli.stats.report` (rich) or
-`seqpack_cli.stats.html` (the self-contained page). The CLI (`seqpack_cli.cli.stats`) only calls
-`render_report` or `render_report_html`, so both outputs are available from Python too.
+`seqpack_cli.stats.describe` computes the report; this package draws it. Here: the drawing
+picked for the report's mode (a prepared directory's `PackingProfile`, or a `SweepResult`), its
+title and the prepared directory's details worded from the manifest. The CLI
+(`seqpack_cli.cli.stats`) only calls `render_report` or `render_report_html`, so both outputs are
+available from Python too.
+
+- `terminal`: a packing's report in the terminal (rich), and the wording both outputs share;
+- `terminal_sweep`: a `max_seq_len` (and cap) sweep in the terminal;
+- `rank_balance`: the rank balance of `--world-size`, for the terminal and the page;
+- `html`: the self-contained `--html` page; `svg`: its inline charts.
 """
 
 from __future__ import annotations
 
-import html
 from collections.abc import Mapping
+from html import escape
 from typing import Any
 
 from rich.console import Console
 
 from seqpack_cli.stats.describe import StatsReport
-from seqpack_cli.stats.html import rank_balance_html, render_profile_html, render_sweep_html
 from seqpack_cli.stats.left_out import LeftOut, left_out_of_summary
-from seqpack_cli.stats.rank_balance_report import render_rank_balance
-from seqpack_cli.stats.report import format_percent, plural, render_profile
-from seqpack_cli.stats.sweep_report import render_sweep
+from seqpack_cli.stats.render.html import rank_balance_html, render_profile_html, render_sweep_html
+from seqpack_cli.stats.render.rank_balance import render_rank_balance
+from seqpack_cli.stats.render.terminal import format_percent, plural, render_profile
+from seqpack_cli.stats.render.terminal_sweep import render_sweep
 
 __all__ = [
     "left_out_rows",
@@ -122,8 +127,7 @@ def render_report(console: Console, report: StatsReport) -> None:
 
 
 def render_report_html(report: StatsReport) -> str:
-    """The self-contained HTML page of either mode; `seqpack_cli.stats.html.write_html_report`
-    writes it."""
+    """The self-contained HTML page of either mode; `html.write_html_report` writes it."""
     options = report.request.rank_balance
     sections = [] if options is None else rank_balance_html(report.rank_balance, options)
     if report.profile is not None:
@@ -134,8 +138,7 @@ def render_report_html(report: StatsReport) -> str:
         ""
         if left_out is None
         else "".join(
-            f"<p>{html.escape(name)}: {html.escape(value)}.</p>"
-            for name, value in left_out_rows(left_out)
+            f"<p>{escape(name)}: {escape(value)}.</p>" for name, value in left_out_rows(left_out)
         )
     )
     return render_sweep_html(

@@ -4,7 +4,7 @@ Each (packing, world size, rows per rank) shows two rows, the plan without balan
 DistributedSampler's order) and with it (`cost`): the steps of the epoch, the mean over them of
 the most expensive rank's cost over the mean rank's, and the worst step. The figures come from
 `seqpack_cli.stats.rank_balance`; the cells and the note are shared with the HTML report
-(`seqpack_cli.stats.html`), so both read the same.
+(`seqpack_cli.stats.render.html`), so both read the same.
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ from rich.table import Table
 from rich.text import Text
 
 from seqpack_cli.stats.rank_balance import BALANCE_NAMES, PlanBalance, RankBalanceOptions
-from seqpack_cli.stats.report import cap_text
+from seqpack_cli.stats.render.terminal import cap_text
 
 __all__ = [
     "RANK_BALANCE_HEADERS",

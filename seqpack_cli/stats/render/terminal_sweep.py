@@ -3,7 +3,7 @@
 What each max_seq_len costs, the sequences that fit packed three ways (seqpack and both
 baselines, under the same cap), what each cap costs and buys where caps are compared, an
 efficiency chart and the length histogram; every table fits 80 columns. The number formats,
-colours and shared wording come from `seqpack_cli.stats.report`, the figures from
+colours and shared wording come from `seqpack_cli.stats.render.terminal`, the figures from
 `seqpack_cli.stats.sweep`.
 """
 
@@ -15,7 +15,7 @@ from rich.console import Console, Group
 from rich.table import Table
 from rich.text import Text
 
-from seqpack_cli.stats.report import (
+from seqpack_cli.stats.render.terminal import (
     BINS_SAVED,
     baseline_footnotes,
     cap_text,

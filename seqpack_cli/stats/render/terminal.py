@@ -3,11 +3,11 @@ colours and wording every report shares.
 
 Pure presentation: every figure comes from `seqpack_cli.stats.profile` (a `PackingProfile` for a
 prepared directory, drawn here) or `seqpack_cli.stats.sweep` (a `SweepResult`, drawn by
-`seqpack_cli.stats.sweep_report`); nothing is computed here except shares and bar widths. No
+`terminal_sweep`); nothing is computed here except shares and bar widths. No
 cell is ever cut short with an ellipsis: the tables fit 80 columns, and a figure too wide for
 the terminal folds instead. The
 helpers `format_template`, `format_percent`, `efficiency_style`, `profile_figures` and
-`template_cells` are shared with the HTML report (`seqpack_cli.stats.html`) so both read the
+`template_cells` are shared with the HTML report (`seqpack_cli.stats.render.html`) so both read the
 same; `seqpack_cli.stats.render` picks the drawing for a `StatsReport`.
 """
 

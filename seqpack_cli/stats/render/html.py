@@ -4,7 +4,7 @@ Inline CSS and inline SVG charts only: no script, no web font, no image or style
 anywhere, so the file works offline and in mail attachments. Every string that comes from the
 data (paths, column names) is escaped. The figures come from `seqpack_cli.stats.profile` (a
 prepared directory) and `seqpack_cli.stats.sweep` (a `max_seq_len` sweep), the wording and number
-formats from `seqpack_cli.stats.report`, so the page reads like the terminal report;
+formats from `seqpack_cli.stats.render.terminal`, so the page reads like the terminal report;
 `seqpack_cli.stats.render` picks the page for a `StatsReport`.
 """
 
@@ -22,14 +22,15 @@ from seqpack_cli.stats.baselines import (
 )
 from seqpack_cli.stats.profile import PackingProfile
 from seqpack_cli.stats.rank_balance import PlanBalance, RankBalanceOptions
-from seqpack_cli.stats.rank_balance_report import (
+from seqpack_cli.stats.render.rank_balance import (
     RANK_BALANCE_HEADERS,
     RANK_BALANCE_TITLE,
     rank_balance_keys,
     rank_balance_note,
     rank_balance_rows,
 )
-from seqpack_cli.stats.report import (
+from seqpack_cli.stats.render.svg import axis_top, bar_chart, grouped_chart
+from seqpack_cli.stats.render.terminal import (
     BINS_SAVED,
     BINS_SAVED_NOTE,
     cap_text,
@@ -40,9 +41,8 @@ from seqpack_cli.stats.report import (
     profile_figures,
     template_cells,
 )
-from seqpack_cli.stats.svg import axis_top, bar_chart, grouped_chart
+from seqpack_cli.stats.render.terminal_sweep import PACKER_NOTE, one_per_max_seq_len
 from seqpack_cli.stats.sweep import SweepResult, SweepRow
-from seqpack_cli.stats.sweep_report import PACKER_NOTE, one_per_max_seq_len
 
 __all__ = [
     "rank_balance_html",

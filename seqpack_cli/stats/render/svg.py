@@ -1,4 +1,4 @@
-"""The inline SVG charts of the `seqpack stats --html` page (`seqpack_cli.stats.html`).
+"""The inline SVG charts of the `seqpack stats --html` page (`seqpack_cli.stats.render.html`).
 
 Plain SVG text, no script or font fetched. Every chart sizes its margins, bars and legend from
 the width of the text it writes (`text_width`, an upper estimate for common sans-serif faces)
@@ -12,7 +12,7 @@ import math
 from collections.abc import Callable, Sequence
 
 from seqpack_cli.stats.distribution import Bucket
-from seqpack_cli.stats.report import format_percent, plural
+from seqpack_cli.stats.render.terminal import format_percent, plural
 
 __all__ = ["FONT_SIZE", "axis_top", "bar_chart", "grouped_chart", "text_width"]
 
@@ -26,7 +26,7 @@ def _e(value: object) -> str:
 # the charts size their margins from them, so a label is never cut off at the viewBox edge.
 _NARROW_EM = frozenset(" ,.:;!|'()[]ijlIft-")
 _WIDE_EM = frozenset("mwMW%@…—×")
-FONT_SIZE = 12  # px, the `svg text` size in seqpack_cli.stats.html's _CSS
+FONT_SIZE = 12  # px, the `svg text` size in seqpack_cli.stats.render.html's _CSS
 _SMALL_FONT = 10  # px, the values above a grouped chart's bars (a style: it beats _CSS's rule)
 
 
