@@ -157,8 +157,8 @@ def _render(report: StatsReport, *, html: Path | None, quiet: bool, json_output:
     """The HTML page (`--html`), then the JSON document (`--json`) or the terminal report."""
     from rich.console import Console
 
-    from seqpack_cli.stats.html import write_html_report
     from seqpack_cli.stats.render import render_report, render_report_html
+    from seqpack_cli.stats.render.html import write_html_report
 
     if html is not None:
         written = write_html_report(html, render_report_html(report))
