@@ -51,7 +51,7 @@ from bench_prepare import MAX_SEQ_LEN, generate
 from dask_projection import print_projection
 
 from seqpack_cli.prepare import PrepareConfig, prepare_dataset
-from seqpack_cli.prepare.cluster.client import local_cluster
+from seqpack_cli.prepare.engines.dask.client import local_cluster
 
 TARGET_RATIO = 1.5
 TARGET_WORKER_MIB = 1024
@@ -222,8 +222,8 @@ def _dask_overhead(client: Any, count: int = 2000) -> float:
 def _fixed_task_cost(client: Any, scratch: Path) -> float:
     """Median seconds of a histogram task on a one-row file: what every task pays whatever its
     size (a DuckDB connection, a query's setup, the footers' paths checked)."""
-    from seqpack_cli.prepare.cluster.groups import plan_groups
-    from seqpack_cli.prepare.cluster.tasks import TaskSettings, group_histogram
+    from seqpack_cli.prepare.engines.dask.groups import plan_groups
+    from seqpack_cli.prepare.engines.dask.tasks import TaskSettings, group_histogram
     from seqpack_cli.prepare.footers import inspect_inputs
 
     path = scratch / "one-row.parquet"

@@ -18,7 +18,7 @@ import numpy as np
 import pyarrow.parquet as pq
 from bench_prepare import MAX_SEQ_LEN
 
-from seqpack_cli.prepare.cluster.tuning import ClusterTuning
+from seqpack_cli.prepare.engines.dask.tuning import ClusterTuning
 
 __all__ = ["column_bytes_per_row", "driver_seconds", "print_projection", "project"]
 
@@ -27,7 +27,7 @@ def driver_seconds(num_groups: int, num_lengths: int) -> tuple[float, float]:
     """The driver's own work between phases at that many file groups and distinct lengths:
     each group's histogram added up and kept as it arrives, the sum checked, the merge units;
     (seconds, peak MiB that work allocates, by tracemalloc)."""
-    from seqpack_cli.prepare.cluster.groups import (
+    from seqpack_cli.prepare.engines.dask.groups import (
         GroupHistogram,
         HistogramTotal,
         kept_counts,

@@ -17,7 +17,7 @@ from token_datasets import write_token_files
 
 from seqpack_cli.errors import SeqpackError
 from seqpack_cli.prepare import PrepareConfig, prepare_dataset
-from seqpack_cli.prepare.cluster.tuning import ClusterTuning
+from seqpack_cli.prepare.engines.dask.tuning import ClusterTuning
 
 SMALL = ClusterTuning(group_rows=40, merge_ids=150, check_ids=60, block_ids=64, samples=8)
 """Groups of a file or two, id index ranges of a few dozen ids."""

@@ -25,7 +25,7 @@ from dask_datasets import assert_same_output, leftovers, stop_processes, write_d
 
 from seqpack_cli.errors import PreparedFormatError
 from seqpack_cli.prepare import PrepareConfig, load_prepared, prepare_dataset
-from seqpack_cli.prepare.cluster.driver import PAUSE_VARIABLE
+from seqpack_cli.prepare.engines.dask.driver import PAUSE_VARIABLE
 
 distributed = pytest.importorskip("distributed")
 

@@ -22,9 +22,9 @@ from typer.testing import CliRunner
 from seqpack_cli.cli.app import app
 from seqpack_cli.errors import ConfigError, InputError, SeqpackError
 from seqpack_cli.prepare import PrepareConfig, load_prepared, prepare_dataset
-from seqpack_cli.prepare.cluster.driver import ClusterEngine
-from seqpack_cli.prepare.cluster.tasks import check_visible
-from seqpack_cli.prepare.cluster.tuning import ClusterTuning
+from seqpack_cli.prepare.engines.dask.driver import ClusterEngine
+from seqpack_cli.prepare.engines.dask.tasks import check_visible
+from seqpack_cli.prepare.engines.dask.tuning import ClusterTuning
 
 distributed = pytest.importorskip("distributed")
 

@@ -30,8 +30,8 @@ from dask_store_cases import random_sequences, write_tokens
 
 from seqpack_cli.errors import ConfigError
 from seqpack_cli.prepare import PrepareConfig, prepare_dataset
-from seqpack_cli.prepare.cluster.driver import PAUSE_VARIABLE
-from seqpack_cli.prepare.cluster.tuning import ClusterTuning
+from seqpack_cli.prepare.engines.dask.driver import PAUSE_VARIABLE
+from seqpack_cli.prepare.engines.dask.tuning import ClusterTuning
 
 distributed = pytest.importorskip("distributed")
 

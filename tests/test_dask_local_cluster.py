@@ -35,7 +35,7 @@ def test_a_quiet_process_forks_and_a_busy_one_spawns() -> None:
         """
         import threading
         import pyarrow
-        from seqpack_cli.prepare.cluster.client import _start_method
+        from seqpack_cli.prepare.engines.dask.client import _start_method
         quiet = _start_method()
         stop = threading.Event()
         busy = threading.Thread(target=stop.wait)
@@ -52,8 +52,8 @@ def test_a_quiet_process_forks_and_a_busy_one_spawns() -> None:
 _KILL_AND_RESTART = """
     import os, signal, time
     import distributed
-    from seqpack_cli.prepare.cluster import client as client_module
-    from seqpack_cli.prepare.cluster.client import local_cluster
+    from seqpack_cli.prepare.engines.dask import client as client_module
+    from seqpack_cli.prepare.engines.dask.client import local_cluster
 
     def forked():
         return getattr(client_module, "marked_in_main", False)

@@ -19,8 +19,8 @@ from hypothesis import strategies as st
 from seqpack_cli.errors import ConfigError, InputError
 from seqpack_cli.over_cap import OverCap
 from seqpack_cli.prepare import PrepareConfig
-from seqpack_cli.prepare.cluster.group_sort import ids_by_length
-from seqpack_cli.prepare.cluster.groups import (
+from seqpack_cli.prepare.engines.dask.group_sort import ids_by_length
+from seqpack_cli.prepare.engines.dask.groups import (
     GroupHistogram,
     HistogramTotal,
     balanced_groups,
@@ -31,7 +31,7 @@ from seqpack_cli.prepare.cluster.groups import (
     merge_units,
     plan_groups,
 )
-from seqpack_cli.prepare.cluster.merge import (
+from seqpack_cli.prepare.engines.dask.merge import (
     DuplicateCounter,
     RunEncoding,
     Segment,
@@ -39,7 +39,7 @@ from seqpack_cli.prepare.cluster.merge import (
     merged_segments,
     pwrite_encoded,
 )
-from seqpack_cli.prepare.cluster.tuning import ClusterTuning
+from seqpack_cli.prepare.engines.dask.tuning import ClusterTuning
 from seqpack_cli.prepare.footers import InputFile
 from seqpack_cli.prepare.pools.offsets import Layout
 from seqpack_cli.prepare.scan import HistogramPart

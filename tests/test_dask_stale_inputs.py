@@ -26,12 +26,12 @@ from dask_store_cases import random_sequences, write_tokens
 
 from seqpack_cli.errors import InputError
 from seqpack_cli.over_cap import OverCap
-from seqpack_cli.prepare.cluster.fingerprints import fingerprint, fingerprints
-from seqpack_cli.prepare.cluster.groups import FileGroup, GroupCounts
-from seqpack_cli.prepare.cluster.pool_tasks import PoolsJob, group_pools
-from seqpack_cli.prepare.cluster.store_faults import stream_error
-from seqpack_cli.prepare.cluster.store_footers import inspect_store_inputs
-from seqpack_cli.prepare.cluster.tasks import (
+from seqpack_cli.prepare.engines.dask.fingerprints import fingerprint, fingerprints
+from seqpack_cli.prepare.engines.dask.groups import FileGroup, GroupCounts
+from seqpack_cli.prepare.engines.dask.pool_tasks import PoolsJob, group_pools
+from seqpack_cli.prepare.engines.dask.store_faults import stream_error
+from seqpack_cli.prepare.engines.dask.store_footers import inspect_store_inputs
+from seqpack_cli.prepare.engines.dask.tasks import (
     TaskSettings,
     check_inputs,
     group_histogram,

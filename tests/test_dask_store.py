@@ -42,7 +42,7 @@ from typer.testing import CliRunner
 
 from seqpack_cli.cli.app import app
 from seqpack_cli.prepare import load_prepared, prepare_dataset
-from seqpack_cli.prepare.cluster.driver import PAUSE_VARIABLE
+from seqpack_cli.prepare.engines.dask.driver import PAUSE_VARIABLE
 
 distributed = pytest.importorskip("distributed")
 

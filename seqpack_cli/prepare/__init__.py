@@ -2,7 +2,8 @@
 
 - `job`: `prepare_dataset` (footers, length histogram, packing, the pools pass, the atomic
   write); `config`: `PrepareConfig`, every option validated once;
-- `engines`: where the passes run (`local` in this process, or `dask`: the `cluster` subpackage);
+- `engines` (subpackage): where the passes run, behind one protocol (`local`: in this process;
+  `dask`: as tasks on a Dask cluster);
 - `inputs`: files, globs and directories -> a sorted list of parquet files; `footers`: their
   footers read and checked before DuckDB reads a row; `db`: DuckDB connections, the SQL of
   `sql/`, DuckDB's errors worded;

@@ -13,7 +13,7 @@ from seqpack_cli.checks import check_int, check_max_seq_len, check_max_seqs_per_
 from seqpack_cli.errors import ConfigError, option
 from seqpack_cli.interrupts import signals_held
 from seqpack_cli.over_cap import OVER_CAP, OverCap, check_over_cap, over_cap_option
-from seqpack_cli.prepare.cluster.tuning import ClusterTuning
+from seqpack_cli.prepare.engines.dask.tuning import ClusterTuning
 from seqpack_cli.prepare.pools.tuning import PoolTuning
 from seqpack_cli.prepared.multiples import check_length_multiple
 

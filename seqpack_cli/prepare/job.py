@@ -4,22 +4,19 @@ Read the footers (row counts, schema checks), take the length histogram (bad len
 before any heavy work), pack it into templates, stream (length, id) once into the pools, and
 write everything atomically. Then `load_prepared` opens it at training time.
 
-With a token store (`tokens_column`) the token column is read once instead (`one_pass`): the
-store, the histogram and the pools all come from that read; the two passes above run only to
-word a fault it found (they are the reference: the same bytes, the same messages). The Dask
-engine runs the two passes, then its tasks write the same store (`cluster.store_driver`); under
-split it checks as truncate, then cuts that store and rewrites the pools (`cluster.split_driver`).
+The passes run in an engine (`engines`: this process, or a Dask cluster), asked the same
+things in the same order whichever it is; with a token store (`tokens_column`) the engine
+writes it too (the local one in the same read of the token column as the lengths).
 """
 
 from __future__ import annotations
 
-import dataclasses
 import logging
 import time
 from collections import Counter
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from seqpack_cli import __version__
 from seqpack_cli.errors import InputError
@@ -43,6 +40,12 @@ from seqpack_cli.prepared.format import TOKEN_STORE_KEY
 from seqpack_cli.prepared.multiples import multiple_padding, pack_slots, slot_stats
 from seqpack_cli.prepared.slot_pools import SlotPools
 from seqpack_cli.progress import ProgressCallback
+
+if TYPE_CHECKING:
+    from seqpack_cli.packing.efficiency import PackingStats
+    from seqpack_cli.prepare.engines import StoreSection
+    from seqpack_cli.prepare.footers import InputFile
+    from seqpack_cli.token_sources import FlatTokenSource
 
 __all__ = [
     "OVER_CAP",
@@ -80,10 +83,10 @@ def _apply_over_cap(
 
 def _manifest(
     config: PrepareConfig,
-    files: Sequence[Any],
+    files: Sequence[InputFile],
     kept: Mapping[int, int],
     templates: Mapping[tuple[int, ...], int],
-    stats: Any,
+    stats: PackingStats,
     over_cap: Mapping[str, int],
     id_range: tuple[int | None, int | None],
 ) -> dict[str, Any]:
@@ -146,40 +149,9 @@ def _multiple_figures(kept: Mapping[int, int], config: PrepareConfig) -> dict[st
     return {"num_multiple_padding": multiple_padding(kept, config.length_multiple)}
 
 
-def _write_store(
-    writer: PreparedWriter,
-    paths: Sequence[Path],
-    config: PrepareConfig,
-    kept: Mapping[int, int],
-    engine: Any,
-) -> dict[str, Any]:
-    """With `tokens_column`: the token store written into the temporary directory, recorded in
-    the files table and checked against the pools (`token_store`, or the Dask engine's tasks);
-    its manifest section."""
-    if config.tokens_column is None:
-        return {}
-    from seqpack_cli.prepare.token_store import write_token_store
-
-    writer.finish_pools()
-    if config.engine != "local":
-        return dict(engine.write_store(writer, paths))
-    section, names = write_token_store(
-        writer.tmp_path,
-        paths,
-        config.store_columns,
-        id_column=config.id_column,
-        length_column=config.length_column,
-        pools=PoolMap(writer.tmp_path, kept),
-        truncated_at=config.over_cap_rule.cut_to,
-    )
-    for name in names:
-        writer.record_file(name)
-    return section
-
-
 def _count_targets(
     writer: PreparedWriter,
-    store: Mapping[str, Any],
+    store: StoreSection,
     config: PrepareConfig,
     progress: ProgressCallback | None,
 ) -> None:
@@ -200,7 +172,7 @@ def _count_targets(
             writer.record_file(f"{role}/{INFO_NAME}")  # now describing the file
 
 
-def _opened(store: Mapping[str, Any], root: Path) -> dict[str, Any]:
+def _opened(store: StoreSection, root: Path) -> dict[str, FlatTokenSource]:
     """The store's sources in `root` (memory-mapped), as `load_prepared` opens them."""
     from seqpack_cli.token_sources import FlatTokenSource
 
@@ -209,7 +181,7 @@ def _opened(store: Mapping[str, Any], root: Path) -> dict[str, Any]:
 
 def _plan(
     kept: Mapping[int, int], config: PrepareConfig, started: float
-) -> tuple[Counter[tuple[int, ...]], Any]:
+) -> tuple[Counter[tuple[int, ...]], PackingStats]:
     """The templates the kept lengths pack into, and their `PackingStats`."""
     templates = _pack(kept, config)
     # Efficiency on the real tokens, whatever slots the multiple rounds them to.
@@ -224,29 +196,6 @@ def _plan(
         time.perf_counter() - started,
     )
     return templates, stats
-
-
-def _two_passes(
-    writer: PreparedWriter,
-    engine: Any,
-    files: Sequence[Any],
-    config: PrepareConfig,
-    started: float,
-    *,
-    plan: bool = True,
-) -> tuple[dict[int, int], dict[int, int], dict[str, int], Counter[tuple[int, ...]], Any, Any]:
-    """The engine's histogram pass, the packing (unless `plan` is False: the caller packs other
-    lengths), and the engine's pools pass: (histogram, kept lengths, over-cap counts, templates,
-    stats, what the pools pass saw)."""
-    histogram = engine.histogram(files, writer)
-    logger.info(
-        "histogram: %d distinct lengths (%.2fs)", len(histogram), time.perf_counter() - started
-    )
-    kept, over_cap = _apply_over_cap(histogram, config)
-    templates, stats = _plan(kept, config, started) if plan else (Counter(), None)
-    scanned = engine.pools(files, kept, writer)
-    logger.info("pools written (%.2fs)", time.perf_counter() - started)
-    return histogram, kept, over_cap, templates, stats, scanned
 
 
 def prepare_dataset(config: PrepareConfig, *, progress: ProgressCallback | None = None) -> Prepared:
@@ -275,8 +224,6 @@ def prepare_dataset(config: PrepareConfig, *, progress: ProgressCallback | None 
     """
     from seqpack_cli.prepare.engines import open_engine
     from seqpack_cli.prepare.inputs import check_outside, resolve_inputs
-    from seqpack_cli.prepare.one_pass import Fallback, OnePass, read_in_one_pass
-    from seqpack_cli.prepare.pools.offsets import changed_error
 
     started = time.perf_counter()
     output = Path(config.output)
@@ -287,13 +234,10 @@ def prepare_dataset(config: PrepareConfig, *, progress: ProgressCallback | None 
     check_output(output, overwrite=config.overwrite)
     # The temporary directory exists from here on, so an unwritable output fails before the
     # heavy work, and any exit (error, Ctrl-C, SIGTERM) removes it. The engine is left first: it
-    # stops its work before the directory is removed. The two passes (without a token store, or
-    # to word what the one pass found wrong) cannot split: they check the inputs as truncate would.
-    split = config.over_cap_rule.splits
-    checked = dataclasses.replace(config, over_cap=config.over_cap_rule.checked_policy)
+    # stops its work before the directory is removed.
     with (
         PreparedWriter(output, overwrite=config.overwrite) as writer,
-        open_engine(checked, progress=progress, write_pools=not split) as engine,
+        open_engine(config, progress=progress) as engine,
     ):
         files = engine.inspect(paths)
         if not sum(file.num_rows for file in files):
@@ -302,31 +246,15 @@ def prepare_dataset(config: PrepareConfig, *, progress: ProgressCallback | None 
                 "prepare at the dataset's data files"
             )
         logger.info("%d input files, %d rows", len(files), sum(file.num_rows for file in files))
-        one_pass = None
-        if config.tokens_column is not None and config.engine == "local":  # read once for all
-            one_pass = read_in_one_pass(writer, paths, config, progress=progress)
-        if isinstance(one_pass, OnePass):
-            kept, over_cap = _apply_over_cap(one_pass.histogram, config)
-            writer.create_pool_files(kept)
-            templates, stats = _plan(kept, config, started)
-            store = one_pass.finish(writer)  # while the pool files are being created
-            scanned = one_pass.write_pools(kept, writer.append_pool, progress=progress)
-        else:
-            cluster_split = split and config.engine != "local"
-            histogram, kept, over_cap, templates, stats, scanned = _two_passes(
-                writer, engine, files, checked, started, plan=not cluster_split
-            )
-            if cluster_split:  # checked as truncate (no pools written); the cluster cuts
-                kept, over_cap = _apply_over_cap(histogram, config)
-                templates, stats = _plan(kept, config, started)
-                writer.finish_pools()
-                cluster: Any = engine  # a ClusterEngine: the store cut, the pools rewritten
-                store, scanned = cluster.write_split_store(writer, paths, kept)
-            else:
-                store = _write_store(writer, paths, checked, kept, engine)
-            if split and config.engine == "local":  # nothing wrong here: the one pass's stands
-                error = one_pass.error if isinstance(one_pass, Fallback) else None
-                raise error if isinstance(error, InputError) else changed_error()
+        histogram = engine.histogram(files, writer)
+        logger.info(
+            "histogram: %d distinct lengths (%.2fs)", len(histogram), time.perf_counter() - started
+        )
+        kept, over_cap = _apply_over_cap(histogram, config)
+        templates, stats = _plan(kept, config, started)
+        scanned = engine.pools(files, kept, writer)
+        logger.info("pools written (%.2fs)", time.perf_counter() - started)
+        store = engine.store(writer)
         _count_targets(writer, store, config, progress)
         writer.write_bytes(COUNTS_NAME, counts_to_json(kept))
         writer.write_bytes(TEMPLATES_NAME, templates_to_json(templates))
@@ -348,7 +276,16 @@ def prepare_dataset(config: PrepareConfig, *, progress: ProgressCallback | None 
         pools: Mapping[int, Any] = PoolMap(output, counts)
         if config.length_multiple:  # keyed by slot length, as load_prepared gives them
             pools = SlotPools(pools, counts, config.max_seq_len, config.length_multiple, False)
-        prepared = Prepared(output, writer.manifest, counts, written, pools, **sources)
+        prepared = Prepared(
+            output,
+            writer.manifest,
+            counts,
+            written,
+            pools,
+            tokens=sources.get("tokens"),
+            labels=sources.get("labels"),
+            loss_mask=sources.get("loss_mask"),
+        )
     logger.info("wrote %s in %.2fs", output, time.perf_counter() - started)
     return prepared
 

@@ -33,11 +33,11 @@ import duckdb
 import numpy as np
 
 from seqpack_cli.over_cap import OverCap
-from seqpack_cli.prepare.cluster.group_sort import ids_by_length
-from seqpack_cli.prepare.cluster.groups import FileGroup, GroupCounts
-from seqpack_cli.prepare.cluster.merge import RunEncoding, pwrite_encoded
-from seqpack_cli.prepare.cluster.tasks import TaskSettings, check_inputs, check_visible
 from seqpack_cli.prepare.db import close_connection, load_sql, read_error, read_params
+from seqpack_cli.prepare.engines.dask.group_sort import ids_by_length
+from seqpack_cli.prepare.engines.dask.groups import FileGroup, GroupCounts
+from seqpack_cli.prepare.engines.dask.merge import RunEncoding, pwrite_encoded
+from seqpack_cli.prepare.engines.dask.tasks import TaskSettings, check_inputs, check_visible
 from seqpack_cli.prepare.pools import id_map
 from seqpack_cli.prepare.pools.offsets import Layout, changed_error
 from seqpack_cli.prepare.pools.scan import (

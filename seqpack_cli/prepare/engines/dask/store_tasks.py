@@ -26,9 +26,9 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from seqpack_cli.over_cap import OverCap
-from seqpack_cli.prepare.cluster.fingerprints import Fingerprint
-from seqpack_cli.prepare.cluster.merge import pwrite_all
-from seqpack_cli.prepare.cluster.tasks import TaskSettings, check_inputs, check_visible
+from seqpack_cli.prepare.engines.dask.fingerprints import Fingerprint
+from seqpack_cli.prepare.engines.dask.merge import pwrite_all
+from seqpack_cli.prepare.engines.dask.tasks import TaskSettings, check_inputs, check_visible
 from seqpack_cli.prepare.token_reading import (
     HEADER_BYTES,
     TARGET_VALUES_PER_BATCH,

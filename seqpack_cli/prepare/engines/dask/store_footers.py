@@ -17,11 +17,11 @@ import numpy as np
 import pyarrow.compute as pc
 
 from seqpack_cli.errors import InputError
-from seqpack_cli.prepare.cluster.fingerprints import Fingerprint
-from seqpack_cli.prepare.cluster.groups import footer_chunks
-from seqpack_cli.prepare.cluster.store_tasks import read_batches
-from seqpack_cli.prepare.cluster.tasks import check_inputs
 from seqpack_cli.prepare.config import PrepareConfig
+from seqpack_cli.prepare.engines.dask.fingerprints import Fingerprint
+from seqpack_cli.prepare.engines.dask.groups import footer_chunks
+from seqpack_cli.prepare.engines.dask.store_tasks import read_batches
+from seqpack_cli.prepare.engines.dask.tasks import check_inputs
 from seqpack_cli.prepare.token_reading import (
     TokenInput,
     ValueRule,

@@ -26,7 +26,8 @@ from typing import Any
 
 import numpy as np
 
-from seqpack_cli.prepare.cluster.split_tasks import (
+from seqpack_cli.prepare.config import PrepareConfig
+from seqpack_cli.prepare.engines.dask.split_tasks import (
     IdChunk,
     IdPlan,
     SplitJob,
@@ -37,8 +38,7 @@ from seqpack_cli.prepare.cluster.split_tasks import (
     write_ids,
     write_rows,
 )
-from seqpack_cli.prepare.cluster.store_driver import StoreHooks
-from seqpack_cli.prepare.config import PrepareConfig
+from seqpack_cli.prepare.engines.dask.store_driver import StoreHooks
 from seqpack_cli.prepare.pools.offsets import changed_error
 from seqpack_cli.prepare.pools.scan import PoolScan
 from seqpack_cli.prepare.streamed_store import piece_ids_error

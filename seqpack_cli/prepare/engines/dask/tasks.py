@@ -22,10 +22,10 @@ from typing import Any
 
 from seqpack_cli import __version__
 from seqpack_cli.errors import ConfigError, InputError
-from seqpack_cli.prepare.cluster.fingerprints import Fingerprint, difference, fingerprint
-from seqpack_cli.prepare.cluster.groups import FileGroup, GroupHistogram
 from seqpack_cli.prepare.config import engine_option
 from seqpack_cli.prepare.db import close_connection, connect, load_sql, read_error, read_params
+from seqpack_cli.prepare.engines.dask.fingerprints import Fingerprint, difference, fingerprint
+from seqpack_cli.prepare.engines.dask.groups import FileGroup, GroupHistogram
 from seqpack_cli.prepare.footers import Footer, read_footer
 from seqpack_cli.prepare.scan import histogram_part
 

@@ -18,6 +18,7 @@ until none runs, before the job removes its temporary directory.
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import logging
 import math
@@ -26,16 +27,17 @@ import uuid
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 from types import TracebackType
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from seqpack_cli.prepare.cluster.client import (
+from seqpack_cli.prepare.config import PrepareConfig
+from seqpack_cli.prepare.engines.dask.client import (
     Cluster,
     no_workers_error,
     open_cluster,
     stop_tasks,
 )
-from seqpack_cli.prepare.cluster.fingerprints import Fingerprint, fingerprints
-from seqpack_cli.prepare.cluster.groups import (
+from seqpack_cli.prepare.engines.dask.fingerprints import Fingerprint, fingerprints
+from seqpack_cli.prepare.engines.dask.groups import (
     FileGroup,
     GroupCounts,
     GroupHistogram,
@@ -47,23 +49,22 @@ from seqpack_cli.prepare.cluster.groups import (
     merge_units,
     with_fingerprints,
 )
-from seqpack_cli.prepare.cluster.merge import RunEncoding
-from seqpack_cli.prepare.cluster.merge_tasks import (
+from seqpack_cli.prepare.engines.dask.merge import RunEncoding
+from seqpack_cli.prepare.engines.dask.merge_tasks import (
     DuplicatePart,
     MergeJob,
     WrittenPool,
     check_range,
     merge_pools,
 )
-from seqpack_cli.prepare.cluster.pool_tasks import GroupPools, PoolsJob, group_pools
-from seqpack_cli.prepare.cluster.task_runner import Call, TaskRunner
-from seqpack_cli.prepare.cluster.tasks import (
+from seqpack_cli.prepare.engines.dask.pool_tasks import GroupPools, PoolsJob, group_pools
+from seqpack_cli.prepare.engines.dask.task_runner import Call, TaskRunner
+from seqpack_cli.prepare.engines.dask.tasks import (
     TaskSettings,
     group_histogram,
     locate_id,
     read_footers,
 )
-from seqpack_cli.prepare.config import PrepareConfig
 from seqpack_cli.prepare.footers import InputFile, check_footers
 from seqpack_cli.prepare.one_pass import write_error
 from seqpack_cli.prepare.pools.id_checks import duplicate_ids_error
@@ -72,6 +73,10 @@ from seqpack_cli.prepare.scan import checked_histogram
 from seqpack_cli.prepared import PreparedWriter, pool_file_name
 from seqpack_cli.prepared.pool_creation import BackgroundPoolFiles
 from seqpack_cli.progress import ProgressCallback
+
+if TYPE_CHECKING:
+    from seqpack_cli.prepare.engines.dask.store_driver import StoreHooks
+    from seqpack_cli.prepare.engines.protocol import StoreSection
 
 __all__ = ["PAUSE_VARIABLE", "ClusterEngine"]
 
@@ -98,18 +103,13 @@ def _apart(results: Iterable[GroupPools]) -> bool:
 class ClusterEngine:
     """The engine behind `--engine dask` (see the module docstring and `prepare.engines`)."""
 
-    def __init__(
-        self,
-        config: PrepareConfig,
-        progress: ProgressCallback | None = None,
-        *,
-        write_pools: bool = True,
-    ) -> None:
-        self.config = config
+    def __init__(self, config: PrepareConfig, progress: ProgressCallback | None = None) -> None:
+        self.config = dataclasses.replace(config, over_cap=config.over_cap_rule.checked_policy)
+        """The options the tasks run under: `--over-cap split` checked as truncate."""
         self.progress = progress
-        self.write_pools = write_pools
-        """False: `pools` runs the checks only (`--over-cap split`, whose pools the split's
-        tasks write from the store: merging the truncated pools first would be thrown away)."""
+        self.splits = config.over_cap_rule.splits
+        """`--over-cap split`: `pools` runs the checks only, then the split's tasks write the
+        pools from the cut store (merging the truncated pools first would be thrown away)."""
         self.tuning = config.cluster_tuning
         self.run_id = uuid.uuid4().hex[:12]
         self._cluster: Cluster | None = None
@@ -121,6 +121,9 @@ class ClusterEngine:
         self._pool_files: BackgroundPoolFiles | None = None
         self._fingerprints: dict[Path, Fingerprint] = {}
         """The driver's view of each input (`inspect`), which every task checks its own against."""
+        self._paths: Sequence[Path] = ()
+        self._histogram: dict[int, int] = {}
+        self._store: StoreSection = {}
 
     # ---- the cluster -----------------------------------------------------------------------
 
@@ -180,6 +183,7 @@ class ClusterEngine:
     def inspect(self, paths: Sequence[Path]) -> list[InputFile]:
         """The footers read by tasks, each task checking the files it reads against the
         driver's fingerprints of them, taken here first."""
+        self._paths = paths
         expected = fingerprints(paths)
         chunks = footer_chunks(len(paths), self.cluster.num_threads, self.tuning)
         calls: list[Call] = [
@@ -227,7 +231,8 @@ class ClusterEngine:
             return counts
 
         self._counts = self._run("histogram", calls, keep)
-        return checked_histogram(files, column, [total.part()])
+        self._histogram = checked_histogram(files, column, [total.part()])
+        return self._histogram
 
     def _task_ids(self, total: int, most: int) -> int:
         share = math.ceil(total / max(1, self.tuning.tasks_per_thread * self.cluster.num_threads))
@@ -236,16 +241,31 @@ class ClusterEngine:
     def pools(
         self, files: Sequence[InputFile], kept: Mapping[int, int], writer: PreparedWriter
     ) -> PoolScan:
+        """The groups' runs merged into the pool files of `kept`; under split, the checks of
+        the truncated lengths, then the store written, cut, and the pools of the pieces
+        (`kept`) written from it (`split_driver`)."""
+        if self.splits:
+            self._check_pools(files, writer)
+            writer.finish_pools()
+            self._store, scan = self._write_split_store(writer, kept)
+            return scan
+        return self._merge_pools(files, kept, writer)
+
+    def _check_pools(self, files: Sequence[InputFile], writer: PreparedWriter) -> None:
+        """The pools pass's checks (NULL and repeated ids), with no pool written."""
+        kept = self.config.over_cap_rule.kept_histogram(self._histogram)
+        results = self._group_pools(files)
+        checks = self._submit_checks(results, writer.work_dir / "runs", sum(kept.values()))
+        if checks is not None:
+            self._check_duplicates(files, *checks)
+
+    def _merge_pools(
+        self, files: Sequence[InputFile], kept: Mapping[int, int], writer: PreparedWriter
+    ) -> PoolScan:
         config = self.config
         counts = self._counts
         runs_dir = writer.work_dir / "runs"
         num_ids = sum(kept.values())
-        if not self.write_pools:
-            results = self._group_pools(files)
-            checks = self._submit_checks(results, runs_dir, num_ids)
-            if checks is not None:
-                self._check_duplicates(files, *checks)
-            return PoolScan(num_ids, None, None)
         # Every pool file with its header, created here while the groups' tasks run.
         self._pool_files = BackgroundPoolFiles(writer.tmp_path, kept)
         self._pool_files.start()
@@ -363,36 +383,41 @@ class ClusterEngine:
             where,
         )
 
-    def write_store(self, writer: PreparedWriter, paths: Sequence[Path]) -> dict[str, Any]:
+    def _store_hooks(self) -> StoreHooks:
+        from seqpack_cli.prepare.engines.dask.store_driver import StoreHooks
+
+        return StoreHooks(
+            self._run, self._groups, self.cluster.num_threads, self._settings(), self._task_ids,
+            self._fingerprints,
+        )  # fmt: skip
+
+    def store(self, writer: PreparedWriter) -> StoreSection:
         """The token store (`--tokens-column`) written by tasks into `writer`'s temporary
-        directory and recorded (`store_driver`); the manifest's `token_store` section."""
-        from seqpack_cli.prepare.cluster.store_driver import StoreHooks, write_cluster_store
+        directory and recorded (`store_driver`); the manifest's `token_store` section (under
+        split, written by `pools` already)."""
+        if self.splits or self.config.tokens_column is None:
+            return self._store
+        from seqpack_cli.prepare.engines.dask.store_driver import write_cluster_store
 
-        hooks = StoreHooks(
-            self._run, self._groups, self.cluster.num_threads, self._settings(), self._task_ids,
-            self._fingerprints,
-        )  # fmt: skip
-        return write_cluster_store(hooks, self.config, writer, paths)
+        writer.finish_pools()
+        return write_cluster_store(self._store_hooks(), self.config, writer, self._paths)
 
-    def write_split_store(
-        self, writer: PreparedWriter, paths: Sequence[Path], kept: Mapping[int, int]
-    ) -> tuple[dict[str, Any], PoolScan]:
-        """`--over-cap split` (this engine checking as truncate): the store written as
-        `write_store` writes it, then cut and the pools of the `kept` lengths rewritten
-        (`split_driver`); the manifest's `token_store` section and the pools' scan."""
-        from seqpack_cli.prepare.cluster.split_driver import ClusterSplit
-        from seqpack_cli.prepare.cluster.store_driver import StoreHooks, write_cluster_store
+    def _write_split_store(
+        self, writer: PreparedWriter, kept: Mapping[int, int]
+    ) -> tuple[StoreSection, PoolScan]:
+        """`--over-cap split` (this engine checking as truncate): the store written as `store`
+        writes it, then cut and the pools of the `kept` lengths rewritten (`split_driver`); the
+        manifest's `token_store` section and the pools' scan."""
+        from seqpack_cli.prepare.engines.dask.split_driver import ClusterSplit
+        from seqpack_cli.prepare.engines.dask.store_driver import write_cluster_store
 
-        hooks = StoreHooks(
-            self._run, self._groups, self.cluster.num_threads, self._settings(), self._task_ids,
-            self._fingerprints,
-        )  # fmt: skip
+        hooks = self._store_hooks()
         split = ClusterSplit(hooks, self.config, writer, kept)
-        section = write_cluster_store(hooks, self.config, writer, paths, split)
+        section = write_cluster_store(hooks, self.config, writer, self._paths, split)
         assert split.scan is not None
         return section, split.scan
 
-    def describe(self) -> dict[str, Any]:
+    def describe(self) -> dict[str, object]:
         cluster = self.cluster
         return {
             "name": "dask",

@@ -18,8 +18,8 @@ from pathlib import Path
 import numpy as np
 
 from seqpack_cli.over_cap import OverCap
-from seqpack_cli.prepare.cluster.fingerprints import Fingerprint
-from seqpack_cli.prepare.cluster.tuning import ClusterTuning
+from seqpack_cli.prepare.engines.dask.fingerprints import Fingerprint
+from seqpack_cli.prepare.engines.dask.tuning import ClusterTuning
 from seqpack_cli.prepare.footers import InputFile
 from seqpack_cli.prepare.scan import HistogramPart
 

@@ -18,7 +18,7 @@ import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from seqpack_cli.prepare.cluster.client import task_error
+from seqpack_cli.prepare.engines.dask.client import task_error
 from seqpack_cli.progress import ProgressCallback
 
 __all__ = ["Call", "TaskRunner"]

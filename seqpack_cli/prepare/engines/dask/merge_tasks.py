@@ -22,16 +22,16 @@ from pathlib import Path
 
 import numpy as np
 
-from seqpack_cli.prepare.cluster.groups import MergeUnit
-from seqpack_cli.prepare.cluster.merge import (
+from seqpack_cli.prepare.engines.dask.groups import MergeUnit
+from seqpack_cli.prepare.engines.dask.merge import (
     DuplicateCounter,
     RunEncoding,
     Segment,
     concatenated_segments,
     merged_segments,
 )
-from seqpack_cli.prepare.cluster.pool_tasks import run_paths
-from seqpack_cli.prepare.cluster.tasks import check_visible
+from seqpack_cli.prepare.engines.dask.pool_tasks import run_paths
+from seqpack_cli.prepare.engines.dask.tasks import check_visible
 from seqpack_cli.prepare.pools.offsets import changed_error
 from seqpack_cli.prepared.pool_files import POOLS_DIR, npy_header, pool_file_name, write_all
 

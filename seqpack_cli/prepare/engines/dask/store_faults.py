@@ -17,8 +17,8 @@ from typing import Any
 import numpy as np
 
 from seqpack_cli.errors import InputError
-from seqpack_cli.prepare.cluster.fingerprints import Fingerprint
-from seqpack_cli.prepare.cluster.tasks import check_inputs, check_visible
+from seqpack_cli.prepare.engines.dask.fingerprints import Fingerprint
+from seqpack_cli.prepare.engines.dask.tasks import check_inputs, check_visible
 from seqpack_cli.prepare.token_files import write_id_index
 from seqpack_cli.prepare.token_reading import IDS_BY_ROW_NAME, TokenInput, stream_token_lists
 from seqpack_cli.prepare.token_store import STORE_RULES, check_pools, check_same_lengths

@@ -30,28 +30,28 @@ from typing import Any
 import numpy as np
 
 from seqpack_cli.errors import InputError
-from seqpack_cli.prepare.cluster.fingerprints import Fingerprint
-from seqpack_cli.prepare.cluster.groups import FileGroup, check_ranges
-from seqpack_cli.prepare.cluster.store_faults import (
+from seqpack_cli.prepare.config import PrepareConfig
+from seqpack_cli.prepare.engines.dask.fingerprints import Fingerprint
+from seqpack_cli.prepare.engines.dask.groups import FileGroup, check_ranges
+from seqpack_cli.prepare.engines.dask.store_faults import (
     duplicate_error,
     mismatch_error,
     pool_error,
     stream_error,
 )
-from seqpack_cli.prepare.cluster.store_footers import store_dtype, store_inputs
-from seqpack_cli.prepare.cluster.store_index import (
+from seqpack_cli.prepare.engines.dask.store_footers import store_dtype, store_inputs
+from seqpack_cli.prepare.engines.dask.store_index import (
     IndexPart,
     IndexRange,
     hash_store_file,
     write_index_range,
 )
-from seqpack_cli.prepare.cluster.store_tasks import (
+from seqpack_cli.prepare.engines.dask.store_tasks import (
     GroupStore,
     StoreJob,
     write_group_store,
 )
-from seqpack_cli.prepare.cluster.tasks import TaskSettings
-from seqpack_cli.prepare.config import PrepareConfig
+from seqpack_cli.prepare.engines.dask.tasks import TaskSettings
 from seqpack_cli.prepare.one_pass import write_error
 from seqpack_cli.prepare.pools.offsets import changed_error
 from seqpack_cli.prepare.token_files import row_locator, source_info
