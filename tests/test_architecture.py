@@ -232,3 +232,17 @@ def test_a_module_map_names_no_module_that_is_gone() -> None:
         if name not in modules
     ]
     assert stale == []
+
+
+def test_the_wheel_lists_every_subpackage() -> None:
+    # setuptools installs only the packages pyproject names: a subpackage left out is missing
+    # from a non-editable install (stats/render/ was, for a while).
+    import tomllib
+
+    pyproject = tomllib.loads((PACKAGE.parent / "pyproject.toml").read_text(encoding="utf-8"))
+    listed = set(pyproject["tool"]["setuptools"]["packages"])
+    on_disk = {
+        ".".join(init.parent.relative_to(PACKAGE.parent).parts)
+        for init in PACKAGE.rglob("__init__.py")
+    }
+    assert sorted(on_disk - listed) == []
