@@ -120,7 +120,7 @@ def test_the_graph_sees_imports_inside_functions() -> None:
 LAYERS: list[set[str]] = [
     {"errors"},
     {"checks", "target_counts"},
-    {"progress", "interrupts", "seeding", "templates", "token_sources", "over_cap"},
+    {"progress", "interrupts", "seeding", "templates", "token_sources", "over_cap", "tokenize"},
     {"epoch", "masking", "context_parallel"},
     {"packing", "sharding", "collate"},
     {"prepared"},

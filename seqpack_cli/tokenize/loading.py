@@ -1,0 +1,234 @@
+"""Reading a local Hugging Face tokenizer: `load_tokenizer(path) -> TokenizerSpec`.
+
+`path` is a `tokenizer.json` file or a directory holding one, with the optional
+`tokenizer_config.json` (special tokens, `add_bos_token`/`add_eos_token`, `chat_template`) and
+`chat_template.jinja` files that transformers reads too. Nothing is downloaded. The spec carries
+the file's text (so it pickles to worker processes) and what the manifest records about it.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import threading
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from seqpack_cli.errors import ConfigError, MissingDependencyError, option
+from seqpack_cli.tokenize.optional import import_tokenizers
+
+__all__ = ["SPECIAL_TOKEN_NAMES", "TokenizerSpec", "load_tokenizer"]
+
+# The named special tokens transformers passes to a chat template (its SPECIAL_TOKENS_ATTRIBUTES).
+SPECIAL_TOKEN_NAMES = (
+    "bos_token",
+    "eos_token",
+    "unk_token",
+    "sep_token",
+    "pad_token",
+    "cls_token",
+    "mask_token",
+)
+_RECORDED = ("bos", "eos", "pad", "unk")
+
+# One built `tokenizers.Tokenizer` per tokenizer file (by sha256) in each process: building one
+# parses the whole JSON, so encoders and worker processes reuse it.
+_BUILT: dict[str, Any] = {}
+_BUILT_LOCK = threading.Lock()
+
+
+@dataclass(frozen=True)
+class TokenizerSpec:
+    """A tokenizer read from disk: everything encoding needs, and nothing live (it pickles).
+
+    Attributes:
+        path: the `tokenizer.json` file read.
+        tokenizer_json: its text.
+        sha256: the sha256 of its bytes.
+        special_tokens: the named special tokens (`bos_token`, ...) found in
+            `tokenizer_config.json`, as strings; absent names are left out.
+        chat_template: the chat template (`chat_template.jinja` first, then the config's
+            `chat_template`, its "default" entry for the list form), or None.
+        add_bos_eos: `(add_bos_token, add_eos_token)` when the config sets either (transformers
+            then rebuilds the post-processor from them), else None: the file's own post-processor.
+    """
+
+    path: Path
+    tokenizer_json: str = field(repr=False)
+    sha256: str
+    special_tokens: dict[str, str]
+    chat_template: str | None = field(repr=False)
+    add_bos_eos: tuple[bool, bool] | None = None
+
+    @property
+    def tokenizer(self) -> Any:
+        """The `tokenizers.Tokenizer`, built once per process."""
+        with _BUILT_LOCK:
+            built = _BUILT.get(self.sha256 + repr(self.add_bos_eos))
+            if built is None:
+                built = self._build()
+                _BUILT[self.sha256 + repr(self.add_bos_eos)] = built
+            return built
+
+    def _build(self) -> Any:
+        tokenizers = import_tokenizers()
+        built = tokenizers.Tokenizer.from_str(self.tokenizer_json)
+        if self.add_bos_eos is not None:
+            # transformers' TokenizersBackend.update_post_processor, run when the config names
+            # add_bos_token or add_eos_token.
+            add_bos, add_eos = self.add_bos_eos
+            bos, eos = self.special_tokens.get("bos_token"), self.special_tokens.get("eos_token")
+            add_bos, add_eos = add_bos and bos is not None, add_eos and eos is not None
+            single = f"{f'{bos}:0 ' if add_bos else ''}$A:0{f' {eos}:0' if add_eos else ''}"
+            pair = (
+                f"{single}{' ' + str(bos) + ':1' if add_bos else ''} $B:1"
+                f"{' ' + str(eos) + ':1' if add_eos else ''}"
+            )
+            specials = [(bos, built.token_to_id(bos))] if add_bos else []
+            specials += [(eos, built.token_to_id(eos))] if add_eos else []
+            built.post_processor = tokenizers.processors.TemplateProcessing(
+                single=single, pair=pair, special_tokens=specials
+            )
+        return built
+
+    @property
+    def vocab_size(self) -> int:
+        """One more than the largest token id (added tokens included)."""
+        return max(self.tokenizer.get_vocab(with_added_tokens=True).values()) + 1
+
+    def token_id(self, name: str) -> int | None:
+        """The id of the special token `name` ("bos_token", ...), or None when unknown."""
+        token = self.special_tokens.get(name)
+        return None if token is None else self.tokenizer.token_to_id(token)
+
+    def record(self) -> dict[str, Any]:
+        """The manifest's entry for this tokenizer.
+
+        Returns:
+            `{"sha256", "vocab_size", "special_tokens": {"bos": {"token", "id"}, ...},
+            "chat_template_sha256"}`; bos/eos/pad/unk appear where the config names them, the
+            template's hash is None without a template.
+        """
+        special = {
+            short: {
+                "token": self.special_tokens[f"{short}_token"],
+                "id": self.token_id(f"{short}_token"),
+            }
+            for short in _RECORDED
+            if f"{short}_token" in self.special_tokens
+        }
+        template = self.chat_template
+        return {
+            "sha256": self.sha256,
+            "vocab_size": self.vocab_size,
+            "special_tokens": special,
+            "chat_template_sha256": (
+                None if template is None else hashlib.sha256(template.encode("utf-8")).hexdigest()
+            ),
+        }
+
+
+def _fail(path: Path, problem: str, fix: str) -> ConfigError:
+    return ConfigError(f"{option('tokenizer')} {path}: {problem}; {fix}")
+
+
+def _read_json(path: Path, tokenizer_path: Path) -> Any:
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as error:
+        raise _fail(
+            tokenizer_path,
+            f"{path.name} is not readable JSON ({error})",
+            "give a Hugging Face tokenizer directory or its tokenizer.json",
+        ) from None
+
+
+def _token_text(value: Any) -> str | None:
+    """A special token as a config writes it: a string, or a serialized AddedToken."""
+    if isinstance(value, str):
+        return value
+    if isinstance(value, dict) and isinstance(value.get("content"), str):
+        return str(value["content"])
+    return None
+
+
+def _template(config: dict[str, Any], folder: Path | None, path: Path) -> str | None:
+    # transformers 5 reads chat_template.jinja over the config's chat_template.
+    if folder is not None and (folder / "chat_template.jinja").is_file():
+        return (folder / "chat_template.jinja").read_text(encoding="utf-8")
+    template = config.get("chat_template")
+    if template is None or isinstance(template, str):
+        return template
+    if isinstance(template, list):
+        named = {
+            entry.get("name"): entry.get("template")
+            for entry in template
+            if isinstance(entry, dict)
+        }
+        if isinstance(named.get("default"), str):
+            return str(named["default"])
+    raise _fail(
+        path,
+        "tokenizer_config.json's chat_template is neither a string nor a list naming 'default'",
+        "name one template 'default'",
+    )
+
+
+def load_tokenizer(path: str | Path) -> TokenizerSpec:
+    """Read a local tokenizer.
+
+    Args:
+        path: a `tokenizer.json` file, or a directory holding `tokenizer.json` and optionally
+            `tokenizer_config.json` and `chat_template.jinja`.
+
+    Returns:
+        The `TokenizerSpec` (the tokenizer itself is built, and checked, here).
+
+    Raises:
+        ConfigError: the path is missing, a directory has no tokenizer.json, or a file is not
+            readable JSON or not a tokenizer (one line naming `--tokenizer` and the path).
+        MissingDependencyError: the `tokenizers` package is not installed.
+    """
+    path = Path(path)
+    if not path.exists():
+        raise _fail(path, "no such file or directory", "give a tokenizer.json or its directory")
+    folder = path if path.is_dir() else None
+    file = path / "tokenizer.json" if folder is not None else path
+    if not file.is_file():
+        raise _fail(
+            path,
+            "the directory holds no tokenizer.json",
+            "save the tokenizer with save_pretrained() (a fast tokenizer) or point to its file",
+        )
+    raw = file.read_bytes()
+    _read_json(file, path)  # a clear message for a file that is not JSON at all
+    config: dict[str, Any] = {}
+    if folder is not None and (folder / "tokenizer_config.json").is_file():
+        loaded = _read_json(folder / "tokenizer_config.json", path)
+        config = loaded if isinstance(loaded, dict) else {}
+    special = {
+        name: text for name in SPECIAL_TOKEN_NAMES if (text := _token_text(config.get(name)))
+    }
+    flags = None
+    if "add_bos_token" in config or "add_eos_token" in config:
+        flags = (bool(config.get("add_bos_token", False)), bool(config.get("add_eos_token", False)))
+    spec = TokenizerSpec(
+        path=file,
+        tokenizer_json=raw.decode("utf-8"),
+        sha256=hashlib.sha256(raw).hexdigest(),
+        special_tokens=special,
+        chat_template=_template(config, folder, path),
+        add_bos_eos=flags,
+    )
+    try:
+        spec.tokenizer  # noqa: B018 - builds it, so a broken file fails here, not mid-job
+    except MissingDependencyError:
+        raise
+    except Exception as error:  # tokenizers raises its own Exception for a bad model
+        raise _fail(
+            path,
+            f"tokenizer.json is not a tokenizer ({error})",
+            "re-save it with the tokenizers library",
+        ) from None
+    return spec
