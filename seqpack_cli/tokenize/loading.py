@@ -1,8 +1,10 @@
 """Reading a local Hugging Face tokenizer: `load_tokenizer(path) -> TokenizerSpec`.
 
 `path` is a `tokenizer.json` file or a directory holding one, with the optional
-`tokenizer_config.json` (special tokens, `add_bos_token`/`add_eos_token`, `chat_template`) and
-`chat_template.jinja` files that transformers reads too. Nothing is downloaded. The spec carries
+`tokenizer_config.json` (special tokens, `chat_template`) and `chat_template.jinja` files that
+transformers reads too. Nothing is downloaded. As in transformers 5, the file's post-processor
+decides BOS/EOS: a config's `add_bos_token`/`add_eos_token` are ignored when a tokenizer.json
+exists (transformers drops them before building the tokenizer). The spec carries
 the file's text (so it pickles to worker processes) and what the manifest records about it.
 """
 
@@ -50,8 +52,6 @@ class TokenizerSpec:
             `tokenizer_config.json`, as strings; absent names are left out.
         chat_template: the chat template (`chat_template.jinja` first, then the config's
             `chat_template`, its "default" entry for the list form), or None.
-        add_bos_eos: `(add_bos_token, add_eos_token)` when the config sets either (transformers
-            then rebuilds the post-processor from them), else None: the file's own post-processor.
     """
 
     path: Path
@@ -59,38 +59,19 @@ class TokenizerSpec:
     sha256: str
     special_tokens: dict[str, str]
     chat_template: str | None = field(repr=False)
-    add_bos_eos: tuple[bool, bool] | None = None
 
     @property
     def tokenizer(self) -> Any:
         """The `tokenizers.Tokenizer`, built once per process."""
         with _BUILT_LOCK:
-            built = _BUILT.get(self.sha256 + repr(self.add_bos_eos))
+            built = _BUILT.get(self.sha256)
             if built is None:
                 built = self._build()
-                _BUILT[self.sha256 + repr(self.add_bos_eos)] = built
+                _BUILT[self.sha256] = built
             return built
 
     def _build(self) -> Any:
-        tokenizers = import_tokenizers()
-        built = tokenizers.Tokenizer.from_str(self.tokenizer_json)
-        if self.add_bos_eos is not None:
-            # transformers' TokenizersBackend.update_post_processor, run when the config names
-            # add_bos_token or add_eos_token.
-            add_bos, add_eos = self.add_bos_eos
-            bos, eos = self.special_tokens.get("bos_token"), self.special_tokens.get("eos_token")
-            add_bos, add_eos = add_bos and bos is not None, add_eos and eos is not None
-            single = f"{f'{bos}:0 ' if add_bos else ''}$A:0{f' {eos}:0' if add_eos else ''}"
-            pair = (
-                f"{single}{' ' + str(bos) + ':1' if add_bos else ''} $B:1"
-                f"{' ' + str(eos) + ':1' if add_eos else ''}"
-            )
-            specials = [(bos, built.token_to_id(bos))] if add_bos else []
-            specials += [(eos, built.token_to_id(eos))] if add_eos else []
-            built.post_processor = tokenizers.processors.TemplateProcessing(
-                single=single, pair=pair, special_tokens=specials
-            )
-        return built
+        return import_tokenizers().Tokenizer.from_str(self.tokenizer_json)
 
     @property
     def vocab_size(self) -> int:
@@ -210,16 +191,12 @@ def load_tokenizer(path: str | Path) -> TokenizerSpec:
     special = {
         name: text for name in SPECIAL_TOKEN_NAMES if (text := _token_text(config.get(name)))
     }
-    flags = None
-    if "add_bos_token" in config or "add_eos_token" in config:
-        flags = (bool(config.get("add_bos_token", False)), bool(config.get("add_eos_token", False)))
     spec = TokenizerSpec(
         path=file,
         tokenizer_json=raw.decode("utf-8"),
         sha256=hashlib.sha256(raw).hexdigest(),
         special_tokens=special,
         chat_template=_template(config, folder, path),
-        add_bos_eos=flags,
     )
     try:
         spec.tokenizer  # noqa: B018 - builds it, so a broken file fails here, not mid-job
