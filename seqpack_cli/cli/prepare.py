@@ -15,7 +15,6 @@ import typer
 
 from seqpack_cli.cli.options import (
     JsonOption,
-    LengthColumnOption,
     LengthMultipleOption,
     MaxSeqLenOption,
     MaxSeqsPerBinOption,
@@ -29,6 +28,19 @@ from seqpack_cli.cli.options import (
 )
 
 __all__ = ["prepare"]
+
+
+def _check_without_tokenizer(**columns: str | None) -> None:
+    """The text options need `--tokenizer`: one line for the first one given."""
+    from seqpack_cli.errors import ConfigError, option
+
+    for name, value in columns.items():
+        if value is not None:
+            raise ConfigError(
+                f"{option(name)} is {value!r} but no {option('tokenizer')} is given; pass the "
+                f"tokenizer (a tokenizer.json or a directory holding one), or "
+                f"{option('length_column')} for a column of lengths"
+            )
 
 
 def _render_prepare(summary: dict[str, Any]) -> None:
@@ -106,11 +118,20 @@ def prepare(
             show_default=False,
         ),
     ],
-    length_column: LengthColumnOption,
     max_seq_len: MaxSeqLenOption,
     output: Annotated[
         Path, typer.Option("--output", "-o", help="The prepared directory to create.")
     ],
+    length_column: Annotated[
+        str | None,
+        typer.Option(
+            "--length-column",
+            help="Column holding each sequence's length in tokens, or its token ids (a list "
+            "column such as input_ids: the length is the number of elements). Required unless "
+            "--tokenizer gives the lengths.",
+            show_default=False,
+        ),
+    ] = None,
     id_column: Annotated[
         str | None,
         typer.Option(
@@ -177,16 +198,87 @@ def prepare(
             show_default=False,
         ),
     ] = None,
+    tokenizer: Annotated[
+        Path | None,
+        typer.Option(
+            "--tokenizer",
+            help="Tokenize text while reading it: a tokenizer.json, or a directory holding a "
+            "Hugging Face tokenizer (tokenizer.json, tokenizer_config.json with its "
+            "chat_template). The token store is its ids (and loss mask); with one of "
+            "--text-column, --messages-column, or --prompt-column and --completion-column.",
+            show_default=False,
+        ),
+    ] = None,
+    text_column: Annotated[
+        str | None,
+        typer.Option("--text-column", help="With --tokenizer: a column of plain text."),
+    ] = None,
+    messages_column: Annotated[
+        str | None,
+        typer.Option(
+            "--messages-column",
+            help="With --tokenizer: a column of chat messages (lists of {role, content}), "
+            "rendered by the tokenizer's chat template.",
+        ),
+    ] = None,
+    prompt_column: Annotated[
+        str | None,
+        typer.Option("--prompt-column", help="With --tokenizer and --completion-column."),
+    ] = None,
+    completion_column: Annotated[
+        str | None,
+        typer.Option(
+            "--completion-column",
+            help="With --tokenizer and --prompt-column: the loss is on the completion only.",
+        ),
+    ] = None,
+    train_on: Annotated[
+        str,
+        typer.Option(
+            "--train-on",
+            metavar="assistant|all",
+            help="With --messages-column or --prompt-column: the loss on the assistant turns "
+            "(or the completion) only, stored as a loss mask, or on every token.",
+        ),
+    ] = "assistant",
+    add_special_tokens: Annotated[
+        bool,
+        typer.Option(
+            "--add-special-tokens/--no-add-special-tokens",
+            help="With --text-column or --prompt-column: the BOS/EOS tokens the tokenizer adds "
+            "(chat templates write their own).",
+        ),
+    ] = True,
     quiet: QuietOption = False,
     json_output: JsonOption = False,
 ) -> None:
     """Scan parquet files into a prepared/ directory: length histogram, templates, id pools."""
     from seqpack_cli.prepare.job import PrepareConfig, prepare_dataset, prepare_summary
+    from seqpack_cli.prepare.tokenize_options import TOKENS_COLUMN, TokenizeOptions
     from seqpack_cli.progress import rich_progress
 
+    tokenize = None
+    if tokenizer is not None:
+        tokenize = TokenizeOptions(
+            tokenizer,
+            text_column=text_column,
+            messages_column=messages_column,
+            prompt_column=prompt_column,
+            completion_column=completion_column,
+            train_on=train_on,  # type: ignore[arg-type]  # TokenizeOptions checks it
+            add_special_tokens=add_special_tokens,
+        )
+        length_column = length_column or TOKENS_COLUMN
+    else:
+        _check_without_tokenizer(
+            text_column=text_column,
+            messages_column=messages_column,
+            prompt_column=prompt_column,
+            completion_column=completion_column,
+        )
     config = PrepareConfig(
         inputs=inputs,
-        length_column=length_column,
+        length_column=length_column,  # type: ignore[arg-type]  # None: PrepareConfig words it
         max_seq_len=max_seq_len,
         output=output,
         id_column=id_column,
@@ -205,6 +297,7 @@ def prepare(
         engine=engine,
         scheduler=scheduler,
         workers=workers,
+        tokenize=tokenize,
     )
     started = time.perf_counter()
     with rich_progress(enabled=not (quiet or json_output)) as progress:

@@ -14,6 +14,9 @@
   `streamed_store` writes the store as it streams, through `hashed_files` (written and hashed
   front to back); `token_store` is the store of the two-pass job; `num_targets`: the
   `num_targets.npy` post-pass of every store;
+- text in (`--tokenizer`): `tokenize_options` (`TokenizeOptions`), `text_inputs` (the text
+  columns checked in the footers), `tokenized_pass` (the text read once, tokenized by
+  `seqpack_cli.tokenize`, stored as the one pass stores a token column);
 - `token_files`: `write_token_source`, a token source kept beside a prepared directory, read by
   `token_reading` in bounded memory;
 - `__main__`: `python -m seqpack_cli.prepare --input ...`, the reference's spelling of the command.

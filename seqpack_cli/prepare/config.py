@@ -15,6 +15,7 @@ from seqpack_cli.interrupts import signals_held
 from seqpack_cli.over_cap import OVER_CAP, OverCap, check_over_cap, over_cap_option
 from seqpack_cli.prepare.engines.dask.tuning import ClusterTuning
 from seqpack_cli.prepare.pools.tuning import PoolTuning
+from seqpack_cli.prepare.tokenize_options import MASK_COLUMN, TOKENS_COLUMN, TokenizeOptions
 from seqpack_cli.prepared.multiples import check_length_multiple
 
 __all__ = ["ENGINES", "OVER_CAP", "PACKERS", "PrepareConfig", "engine_option", "over_cap_option"]
@@ -60,7 +61,8 @@ class PrepareConfig:
         inputs: parquet files, globs or directories (`seqpack prepare INPUT...`); one path is
             taken as a list of one. Stored as a tuple of strings; none at all is refused.
         length_column: the column holding each sequence's length in tokens, or its token ids (a
-            list column: the length is its number of elements) (`--length-column`).
+            list column: the length is its number of elements) (`--length-column`). With
+            `tokenize` the lengths are the token counts: None or "input_ids" (stored).
         max_seq_len: the bin capacity in tokens, an integer in [1, 2**31 - 1]
             (`--max-seq-len`).
         output: the prepared directory to create (`--output`); stored as an absolute `Path`.
@@ -105,13 +107,18 @@ class PrepareConfig:
             multiple (2 * cp for context parallelism; `--length-multiple`); must divide
             `max_seq_len`. None or 1 (stored as None): exact lengths. The pools stay per exact
             length (`seqpack_cli.prepared.multiples`).
+        tokenize: tokenize the inputs' text while reading them, a `TokenizeOptions`
+            (`--tokenizer`, `--text-column`, ...): the token store is the tokenizer's ids (and
+            its loss mask), so `length_column` and the store's columns are not given; after
+            construction they read "input_ids" (and `loss_mask_column` "loss_mask" when a mask
+            is stored). Local engine only. None: the inputs hold lengths or token ids.
 
     Raises:
         ConfigError: a field breaks its rule above.
     """
 
     inputs: Sequence[str | os.PathLike[str]]
-    length_column: str
+    length_column: str  # None is taken with `tokenize` (see above)
     max_seq_len: int
     output: str | os.PathLike[str]
     id_column: str | None = None
@@ -132,6 +139,7 @@ class PrepareConfig:
     workers: int | None = None
     cluster_tuning: ClusterTuning = field(default_factory=ClusterTuning)
     length_multiple: int | None = None
+    tokenize: TokenizeOptions | None = None
 
     def __post_init__(self) -> None:
         with signals_held():  # the first import of DuckDB, which a signal must not cut short
@@ -144,6 +152,7 @@ class PrepareConfig:
         if not inputs:
             raise ConfigError("no inputs given; pass parquet files, globs or directories")
         object.__setattr__(self, "inputs", inputs)
+        self._check_tokenize()
         _column_name(self.length_column, "length_column")
         if self.id_column is not None:
             _column_name(self.id_column, "id_column")
@@ -230,6 +239,45 @@ class PrepareConfig:
                 f"{option('loss_mask_column')} and {option('id_column')} are {values}; each "
                 "must name a different column"
             )
+
+    def _check_tokenize(self) -> None:
+        """With `tokenize`: the columns it fills (none given), the local engine; without it a
+        length column."""
+        tokenize = self.tokenize
+        if tokenize is None:
+            if self.length_column is None:
+                raise ConfigError(
+                    f"{option('length_column')} is not set; name the column of lengths (or of "
+                    f"token ids), or tokenize text with {option('tokenizer')} PATH "
+                    f"{option('text_column')} NAME"
+                )
+            return
+        if not isinstance(tokenize, TokenizeOptions):
+            raise ConfigError(f"tokenize is {tokenize!r}; expected a TokenizeOptions")
+        # What tokenize sets (so that a replaced copy of a config passes again).
+        sets = {
+            "length_column": TOKENS_COLUMN,
+            "tokens_column": TOKENS_COLUMN,
+            "labels_column": None,
+            "loss_mask_column": MASK_COLUMN if tokenize.masked else None,
+        }
+        given = [name for name, value in sets.items() if getattr(self, name) not in (None, value)]
+        if given:
+            raise ConfigError(
+                f"{option(given[0])} is {getattr(self, given[0])!r}, but with "
+                f"{option('tokenizer')} the tokens, their lengths and the loss mask come from "
+                f"the tokenizer; leave {option(given[0])} out"
+            )
+        if self.engine != "local":
+            raise ConfigError(
+                f"{option('tokenizer')} runs on {engine_option('local')} only, for now; "
+                f"tokenize with {engine_option('local')}, or write token ids to parquet and "
+                f"pass {option('tokens_column')} to {engine_option('dask')}"
+            )
+        object.__setattr__(self, "length_column", TOKENS_COLUMN)
+        object.__setattr__(self, "tokens_column", TOKENS_COLUMN)
+        if tokenize.masked:
+            object.__setattr__(self, "loss_mask_column", MASK_COLUMN)
 
     def _check_engine(self) -> None:
         """The engine, and a cluster (`scheduler` or `workers`) exactly when it is `dask`."""

@@ -36,7 +36,7 @@ from seqpack_cli.prepared import (
     recover_siblings,
     templates_to_json,
 )
-from seqpack_cli.prepared.format import TOKEN_STORE_KEY
+from seqpack_cli.prepared.format import TOKEN_STORE_KEY, TOKENIZER_KEY
 from seqpack_cli.prepared.multiples import multiple_padding, pack_slots, slot_stats
 from seqpack_cli.prepared.slot_pools import SlotPools
 from seqpack_cli.progress import ProgressCallback
@@ -142,6 +142,17 @@ def _manifest(
     }
 
 
+def _tokenizer_section(config: PrepareConfig) -> dict[str, object] | None:
+    """With `tokenize`: the manifest's `tokenizer` section, the tokenizer's record (its file's
+    sha256, vocabulary size, special tokens, chat template's sha256) and the options it ran
+    under; None without."""
+    if config.tokenize is None:
+        return None
+    from seqpack_cli.tokenize import load_tokenizer
+
+    return {**load_tokenizer(config.tokenize.tokenizer).record(), **config.tokenize.to_json()}
+
+
 def _multiple_figures(kept: Mapping[int, int], config: PrepareConfig) -> dict[str, int]:
     """With a length multiple: the padding it costs (slot tokens minus real tokens)."""
     if not config.length_multiple:
@@ -232,6 +243,7 @@ def prepare_dataset(config: PrepareConfig, *, progress: ProgressCallback | None 
     check_outside(output, paths)
     recover_siblings(output)  # killed runs' leftovers: an old copy put back, temporaries removed
     check_output(output, overwrite=config.overwrite)
+    tokenizer = _tokenizer_section(config)  # a bad tokenizer stops the job before any read
     # The temporary directory exists from here on, so an unwritable output fails before the
     # heavy work, and any exit (error, Ctrl-C, SIGTERM) removes it. The engine is left first: it
     # stops its work before the directory is removed.
@@ -261,6 +273,8 @@ def prepare_dataset(config: PrepareConfig, *, progress: ProgressCallback | None 
         id_range = (scanned.id_min, scanned.id_max)
         manifest = _manifest(config, files, kept, templates, stats, over_cap, id_range)
         manifest["engine"] = engine.describe()
+        if tokenizer is not None:
+            manifest[TOKENIZER_KEY] = tokenizer
         if store:
             manifest[TOKEN_STORE_KEY] = store
         sources = _opened(store, writer.tmp_path)  # mapped now: no race with a later run
@@ -302,4 +316,5 @@ def prepare_summary(prepared: Prepared, *, seconds: float) -> dict[str, Any]:
         "inputs": inputs_overview(manifest),
         **({"engine": manifest["engine"]} if "engine" in manifest else {}),
         **({TOKEN_STORE_KEY: manifest[TOKEN_STORE_KEY]} if TOKEN_STORE_KEY in manifest else {}),
+        **({TOKENIZER_KEY: manifest[TOKENIZER_KEY]} if TOKENIZER_KEY in manifest else {}),
     }

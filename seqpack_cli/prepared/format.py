@@ -50,6 +50,7 @@ __all__ = [
     "READABLE_FORMAT_VERSIONS",
     "STORE_ROLES",
     "TEMPLATES_NAME",
+    "TOKENIZER_KEY",
     "TOKEN_STORE_KEY",
     "Prepared",
     "counts_to_json",
@@ -70,6 +71,8 @@ COUNTS_NAME = "counts.json"
 TEMPLATES_NAME = "templates.json"
 TOKEN_STORE_KEY = "token_store"
 """The manifest section describing the token store: `{role: {"column", "dtype", ...}}`."""
+TOKENIZER_KEY = "tokenizer"
+"""The manifest section of `prepare --tokenizer`: the tokenizer's record and its options."""
 STORE_ROLES = ("tokens", "labels", "loss_mask")
 """The token store's subdirectories (and the manifest's `token_store` keys)."""
 
@@ -118,6 +121,31 @@ class Prepared:
             if values is not None:
                 return getattr(values, "num_targets", None)
         return None
+
+    @property
+    def tokenizer(self) -> dict[str, Any] | None:
+        """What `prepare --tokenizer` recorded (None without it): the tokenizer's `sha256`
+        (of its tokenizer.json), `vocab_size`, `special_tokens` ({"bos": {"token", "id"},
+        ...}), `chat_template_sha256`, and the options (`kind`, `columns`, `train_on`,
+        `add_special_tokens`). `check_tokenizer` compares a tokenizer with it."""
+        section = self.manifest.get(TOKENIZER_KEY)
+        return dict(section) if isinstance(section, dict) else None
+
+    def check_tokenizer(self, tokenizer: Any) -> None:
+        """Refuse a tokenizer other than the one `prepare --tokenizer` tokenized with.
+
+        Args:
+            tokenizer: a path (a tokenizer.json, or a directory holding one), a
+                `tokenizers.Tokenizer`, or a transformers tokenizer.
+
+        Raises:
+            InputError: the directory was not tokenized by prepare, or `tokenizer` differs
+                from the recorded one (its file's hash for a path; its vocabulary size and
+                special token ids for an object), naming the difference.
+        """
+        from seqpack_cli.prepared.tokenizer_check import check_tokenizer
+
+        check_tokenizer(self.path, self.tokenizer, tokenizer)
 
     @property
     def max_seq_len(self) -> int:

@@ -214,6 +214,28 @@ _MAX_SEQ_LEN = _integer(1, MAX_SEQ_LEN_LIMIT)
 _ID = _integer(-MAX_INT - 1, nullable=True)
 _STORE_DTYPES = ("uint8", "uint16", "uint32", "uint64", "int8", "int16", "int32", "int64")
 
+def _nullable_sha256(value: Any, where: str) -> None:
+    if value is not None:
+        _sha256(value, where)
+
+
+# `prepare --tokenizer`'s record (`tokenize.TokenizerSpec.record` and `TokenizeOptions.to_json`).
+_TOKENIZER = _object(
+    {
+        "sha256": (True, _sha256),
+        "vocab_size": (True, _integer(1)),
+        "special_tokens": (
+            False,
+            _object_of(_object({"token": (True, _string()), "id": (False, _ID)})),
+        ),
+        "chat_template_sha256": (False, _nullable_sha256),
+        "kind": (True, _string(choices=("text", "messages", "prompt_completion"))),
+        "columns": (False, _array_of(_string())),
+        "train_on": (False, _string(choices=("assistant", "all"))),
+        "add_special_tokens": (False, _boolean),
+    }
+)
+
 # What `seqpack prepare` writes (seqpack_cli/prepare.py `_manifest`, writer.py `commit`).
 # format and format_version are checked first, by `check_manifest` itself.
 _MANIFEST = _object(
@@ -302,6 +324,7 @@ _MANIFEST = _object(
         ),
         "stats": (False, _object_of(_number)),
         "manifest_sha256": (False, _sha256),  # checked against the content by `integrity`
+        "tokenizer": (False, _TOKENIZER),
         "token_store": (
             False,
             _all(

@@ -1,12 +1,14 @@
 """`LocalEngine` (`--engine local`, the default): prepare's passes in this process.
 
-Without a token store, two passes through one DuckDB connection: the length histogram
-(`scan.length_histogram`), then the pools (`pools.scan.scan_pools`). With one
-(`--tokens-column`), the token column is read once (`one_pass`): that read gives the store, the
-histogram and then the pools. What the one pass finds wrong, the two passes word: they run
-instead, stop at the same fault with their message, and without a fault write the store as the
-reference does (`token_store`). They check `--over-cap split` as truncate and cannot split, so
-there the fault the one pass found is raised once they have run.
+With `--tokenizer`, the text is read once and tokenized into the store (`tokenized_pass`), which
+gives the histogram and the pools as the one pass does. Without a token store, two passes through
+one DuckDB connection: the length histogram (`scan.length_histogram`), then the pools
+(`pools.scan.scan_pools`). With one (`--tokens-column`), the token column is read once
+(`one_pass`): that read gives the store, the histogram and then the pools. What the one pass
+finds wrong, the two passes word: they run instead, stop at the same fault with their message,
+and without a fault write the store as the reference does (`token_store`). They check
+`--over-cap split` as truncate and cannot split, so there the fault the one pass found is raised
+once they have run.
 """
 
 from __future__ import annotations
@@ -29,6 +31,7 @@ if TYPE_CHECKING:
     from seqpack_cli.prepare.footers import InputFile
     from seqpack_cli.prepare.one_pass import Fallback, OnePass
     from seqpack_cli.prepare.pools.scan import PoolScan
+    from seqpack_cli.prepare.token_reading import TokenInput
 
 __all__ = ["LocalEngine"]
 
@@ -48,6 +51,7 @@ class LocalEngine:
         self._fallback: Fallback | None = None
         self._histogram: dict[int, int] = {}
         self._store: StoreSection = {}
+        self._text_files: list[TokenInput] = []
 
     def __enter__(self) -> LocalEngine:
         return self
@@ -78,16 +82,29 @@ class LocalEngine:
         return self._con
 
     def inspect(self, paths: Sequence[Path]) -> list[InputFile]:
-        from seqpack_cli.prepare.footers import inspect_inputs
+        from seqpack_cli.prepare.footers import InputFile, inspect_inputs
 
         self._paths = paths
-        return inspect_inputs(paths, self.config.length_column, self.config.id_column)
+        config = self.config
+        if config.tokenize is not None:  # text: the columns the tokenizer reads
+            from seqpack_cli.prepare.text_inputs import inspect_text_inputs
+
+            self._text_files = inspect_text_inputs(paths, config.tokenize, config.id_column)
+            return [InputFile(f.path, f.num_bytes, f.num_rows) for f in self._text_files]
+        return inspect_inputs(paths, config.length_column, config.id_column)
 
     def histogram(self, files: Sequence[InputFile], writer: PreparedWriter) -> dict[int, int]:
         from seqpack_cli.prepare.one_pass import OnePass, read_in_one_pass
         from seqpack_cli.prepare.scan import length_histogram
 
         config = self.config
+        if config.tokenize is not None:  # the text read once, tokenized into the store
+            from seqpack_cli.prepare.tokenized_pass import read_tokenized
+
+            self._one_pass = read_tokenized(
+                writer, self._text_files, config, progress=self.progress
+            )
+            return self._one_pass.histogram
         if config.tokens_column is not None:  # the store, the lengths and the ids read once
             read = read_in_one_pass(writer, self._paths, config, progress=self.progress)
             if isinstance(read, OnePass):

@@ -1,0 +1,221 @@
+"""`seqpack prepare --tokenizer`: the text read once, tokenized, and stored as it streams.
+
+The same one pass as `--tokens-column` (`one_pass`), with the token lists coming from the
+tokenizer instead of a column: each input file is read in batches of rows (worker threads,
+`ordered.ordered_parallel`, handed over in file and row order), each batch is tokenized
+(`seqpack_cli.tokenize`: the `tokenizers` library's batch encoding, which runs on every core
+itself), and `StreamedStore` writes the tokens, the loss mask, the offsets and the ids, and
+counts the lengths. No fallback to the two passes: the text has no token column for them to
+read, so every fault is worded here, with the file and the row.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Iterator, Sequence
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from seqpack_cli.errors import ConfigError, InputError, option
+from seqpack_cli.prepare.config import PrepareConfig
+from seqpack_cli.prepare.one_pass import OnePass, write_error
+from seqpack_cli.prepare.ordered import ordered_parallel
+from seqpack_cli.prepare.pools.offsets import num_workers
+from seqpack_cli.prepare.streamed_store import StreamedStore
+from seqpack_cli.prepare.token_files import row_locator, write_id_index
+from seqpack_cli.prepare.token_reading import TokenInput
+from seqpack_cli.prepare.token_stream import StreamSpec, TokenBatch
+from seqpack_cli.prepare.tokenize_options import TokenizeOptions
+from seqpack_cli.prepared import PreparedWriter
+from seqpack_cli.progress import ProgressCallback
+
+__all__ = ["read_tokenized"]
+
+logger = logging.getLogger(__name__)
+
+_BATCH_ROWS = 1024
+"""Rows tokenized at a time: enough for the tokenizer's threads, little memory."""
+_BUDGET_BYTES = 1 << 27
+"""Tokenized batches waiting for the writer, at most (besides those of the file it is on)."""
+
+
+class Tokenizing:
+    """One tokenizer and the options, turning a batch of rows into a `TokenBatch`."""
+
+    def __init__(self, tokenize: TokenizeOptions, id_column: str | None) -> None:
+        from seqpack_cli.tokenize import load_tokenizer
+
+        self.options = tokenize
+        self.id_column = id_column
+        self.spec = load_tokenizer(tokenize.tokenizer)
+        if tokenize.kind == "messages" and self.spec.chat_template is None:
+            raise ConfigError(
+                f"{option('tokenizer')} {tokenize.tokenizer} has no chat template, so "
+                f"{option('messages_column')} {tokenize.messages_column!r} cannot be rendered; "
+                "use a tokenizer whose tokenizer_config.json (or chat_template.jinja) holds one, "
+                f"or {option('prompt_column')} and {option('completion_column')}"
+            )
+
+    def columns(self) -> list[str]:
+        """The input columns read."""
+        return [*self.options.columns, *([self.id_column] if self.id_column else [])]
+
+    def encode(self, batch: pa.RecordBatch, first_row: int) -> TokenBatch:
+        """The batch's rows tokenized (`TokenizeError` names the row, counted from
+        `first_row`)."""
+        from seqpack_cli.tokenize import encode_messages, encode_prompt_completion, encode_text
+
+        options = self.options
+        if options.text_column is not None:
+            encoded = encode_text(
+                self.spec,
+                batch.column(options.text_column),
+                add_special_tokens=options.add_special_tokens,
+                column=options.text_column,
+                first_row=first_row,
+            )
+        elif options.messages_column is not None:
+            encoded = encode_messages(
+                self.spec,
+                batch.column(options.messages_column),
+                train_on=options.train_on,
+                column=options.messages_column,
+                first_row=first_row,
+            )
+        else:
+            assert options.prompt_column is not None and options.completion_column is not None
+            encoded = encode_prompt_completion(
+                self.spec,
+                batch.column(options.prompt_column),
+                batch.column(options.completion_column),
+                prompt_column=options.prompt_column,
+                completion_column=options.completion_column,
+                first_row=first_row,
+            )
+        values = {"tokens": encoded.tokens}
+        if options.masked:
+            assert encoded.loss_mask is not None
+            values["loss_mask"] = encoded.loss_mask
+        return TokenBatch(encoded.lengths, values, self._ids(batch, first_row))
+
+    def _ids(self, batch: pa.RecordBatch, first_row: int) -> np.ndarray | None:
+        if self.id_column is None:
+            return None
+        ids = batch.column(self.id_column)
+        if ids.null_count:
+            row = first_row + int(np.flatnonzero(ids.is_null().to_numpy(zero_copy_only=False))[0])
+            raise InputError(
+                f"row {row}: id column {self.id_column!r} ({option('id_column')}) is NULL; every "
+                "sequence needs an id: fill it, or leave the id column out for row-index ids"
+            )
+        values = ids.to_numpy(zero_copy_only=False)
+        if values.dtype == np.uint64 and values.size and int(values.max()) > np.iinfo(np.int64).max:
+            raise InputError(
+                f"id column {self.id_column!r} ({option('id_column')}) holds the id "
+                f"{int(values.max())}, past int64; renumber the ids"
+            )
+        return values.astype(np.int64, copy=False)
+
+    def dtypes(self) -> dict[str, np.dtype[Any]]:
+        from seqpack_cli.tokenize.encoded import token_dtype
+
+        dtypes = {"tokens": token_dtype(self.spec.vocab_size)}
+        if self.options.masked:
+            dtypes["loss_mask"] = np.dtype("u1")
+        return dtypes
+
+
+def _file_batches(
+    file: TokenInput, tokenizing: Tokenizing, columns: list[str]
+) -> Iterator[TokenBatch]:
+    """One file's rows tokenized, batch by batch, in row order; the file named in an error."""
+    first_row = 0
+    try:
+        with pq.ParquetFile(file.path) as parquet:
+            for batch in parquet.iter_batches(batch_size=_BATCH_ROWS, columns=columns):
+                yield tokenizing.encode(batch, first_row)
+                first_row += batch.num_rows
+    except InputError as error:  # its raw text: the options marked, for the CLI to spell
+        raise InputError(f"{file.path}: {error.args[0]}") from None
+    except (OSError, pa.ArrowException) as error:
+        raise InputError(
+            f"cannot read {file.path} ({str(error).splitlines()[0]}); check the file"
+        ) from None
+
+
+def read_tokenized(
+    writer: PreparedWriter,
+    files: Sequence[TokenInput],
+    config: PrepareConfig,
+    *,
+    progress: ProgressCallback | None = None,
+) -> OnePass:
+    """Tokenize the rows of `files` into the store in `writer.tmp_path` (see the module
+    docstring); what `one_pass.read_in_one_pass` returns for a token column.
+
+    Raises:
+        InputError: a row the tokenizer cannot take (named by file and row), a NULL or repeated
+            id.
+        ConfigError: the tokenizer cannot be loaded, or the store cannot be written.
+    """
+    assert config.tokenize is not None
+    started = time.perf_counter()
+    tokenizing = Tokenizing(config.tokenize, config.id_column)
+    columns = config.store_columns
+    dtypes = tokenizing.dtypes()
+    spec = StreamSpec(
+        files=files,
+        columns=columns,
+        dtypes=dtypes,
+        ranges={role: (0, int(np.iinfo(dtype).max)) for role, dtype in dtypes.items()},
+        length_column=None,
+        id_column=config.id_column,
+    )
+    # The token counts are known only once tokenized: the headers are rewritten at the end.
+    predicted = dict.fromkeys(columns, 0)
+    split_at = config.max_seq_len if config.over_cap_rule.splits else None
+    root = writer.tmp_path
+    try:
+        store = StreamedStore(root, spec, predicted, split_at=split_at)
+    except OSError as error:
+        raise write_error(config, error) from None
+    read = tokenizing.columns()
+    batches = ordered_parallel(
+        files,
+        lambda file: _file_batches(file, tokenizing, read),
+        workers=num_workers(config.threads, config.tuning),
+        budget_bytes=_BUDGET_BYTES,
+    )
+    try:
+        try:
+            for batch in batches:
+                store.add(batch)
+                if progress is not None:
+                    progress("tokenize", store.num_rows, store.num_input_rows)
+        finally:
+            batches.close()
+        digests = store.close_files()
+        split = store.number_pieces()
+        if store.with_index:
+            locate = row_locator(
+                [{"path": file.path.as_posix(), "num_rows": file.num_rows} for file in files]
+            )
+            write_id_index(root / "tokens", config.id_column, locate)
+    except OSError as error:
+        store.abort()
+        raise write_error(config, error) from None
+    except BaseException:
+        store.abort()
+        raise
+    logger.info(
+        "tokenized %d rows into %d tokens, store written (%.2fs)",
+        store.num_rows,
+        store.num_tokens,
+        time.perf_counter() - started,
+    )
+    inputs = {role: list(files) for role in columns}
+    return OnePass(root, config, inputs, store, digests, split, store.lengths.histogram())
