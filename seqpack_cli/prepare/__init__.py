@@ -4,9 +4,11 @@
   write); `config`: `PrepareConfig`, every option validated once;
 - `engines` (subpackage): where the passes run, behind one protocol (`local`: in this process;
   `dask`: as tasks on a Dask cluster);
-- `inputs`: files, globs and directories -> a sorted list of parquet files; `footers`: their
-  footers read and checked before DuckDB reads a row; `db`: DuckDB connections, the SQL of
-  `sql/`, DuckDB's errors worded;
+- `inputs`: files, globs and directories -> a sorted list of parquet and JSON Lines files;
+  `input_batches`: one input of either kind read in batches, its kind and row count;
+  `jsonl_staging`: a JSON Lines input's columns copied to parquet for DuckDB; `footers`: the
+  inputs' footers read and checked before DuckDB reads a row; `db`: DuckDB connections, the SQL
+  of `sql/`, DuckDB's errors worded;
 - `scan`: the first pass, the length histogram; `pools` (subpackage): the second pass, the
   `pools/{length}.npy` files;
 - the token store (`--tokens-column`): `one_pass` reads the token column once

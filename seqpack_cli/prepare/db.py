@@ -9,7 +9,8 @@ and in a checkout; `one_row` and `fetch_with_progress` run it.
 How DuckDB is made to read exactly what was named (`read_params` builds the two parameters):
 
 - `$paths`: a path DuckDB would take for a glob (`*`, `?`, `[`) or cannot be handed as UTF-8 is
-  read through a plain-named symlink to it in a private temporary folder (`duckdb_path`);
+  read through a plain-named symlink to it in a private temporary folder (`duckdb_path`); a JSON
+  Lines input is read as a parquet copy of the columns read (`jsonl_staging.staged_parquet`);
 - `$columns`: read_parquet's `bound_schema` binds only the columns read ({name: DuckDB type},
   matched by DuckDB ignoring ASCII case, hence the ambiguity checks of `inspect_inputs`), and
   `AS input(length, ...)` renames them: no other column is bound, so a user column named like one
@@ -38,6 +39,7 @@ import duckdb
 from seqpack_cli.errors import ConfigError, InputError, SeqpackError, option
 from seqpack_cli.interrupts import signals_held
 from seqpack_cli.prepare.inputs import GLOB_CHARS
+from seqpack_cli.prepare.jsonl_staging import original_names, staged_parquet
 from seqpack_cli.progress import ProgressCallback
 
 __all__ = [
@@ -131,7 +133,7 @@ def _real_names(text: str) -> str:
     """A DuckDB message with the temporary links it names replaced by the files they stand for."""
     for real, link in list(_links.items()):
         text = text.replace(link, real)
-    return text
+    return original_names(text)
 
 
 class ReadFile(Protocol):
@@ -148,14 +150,16 @@ def read_params(files: Sequence[ReadFile], *columns: str) -> dict[str, Any]:
     """`$paths` and `$columns` for the `read_parquet(...) AS input(...)` of `sql/*.sql`.
 
     `columns` are the columns the query reads, in the order of its `input(...)` list (e.g. the
-    length column, then the id column); each must be one `inspect_inputs` checked.
+    length column, then the id column); each must be one `inspect_inputs` checked. A JSON
+    Lines input is copied to parquet here, once per process (`jsonl_staging.staged_parquet`:
+    `InputError` for a value its column cannot hold, by line).
     """
     types = dict(files[0].column_types) if files else {}
     missing = [column for column in columns if column not in types]
     if missing:
         raise ValueError(f"columns {missing} were not checked by inspect_inputs")
     return {
-        "paths": [duckdb_path(file.path) for file in files],
+        "paths": [duckdb_path(staged_parquet(file.path, file.column_types)) for file in files],
         "columns": {column: types[column] for column in columns},
     }
 

@@ -1,11 +1,17 @@
-"""Parquet inputs' footers: read them and check them before DuckDB reads a row.
+"""Inputs' footers: read them and check them before DuckDB reads a row.
 
-`read_footer` reads one input's footer (pyarrow metadata: row count, schema); `check_footers`
+`read_footer` reads one input's footer (pyarrow metadata: row count, schema; for a JSON Lines
+input, `input_batches.describe_input`: the row count from a streaming pass, the columns typed
+from its first lines); `check_footers`
 checks footers read already, in the inputs' order (columns exist, their types can be read, names
 DuckDB could confuse, schemas agree up to integer widths), so the Dask engine can read footers on
 its workers and still report the first problem in the inputs' order; `inspect_inputs` does both,
 locally. The checked result is one `InputFile` per input, which the histogram and pools passes
 read.
+
+JSON Lines inputs are checked on the columns read only (each line's other keys may differ), and
+their sampled types are read leniently: a key null in every sampled line is taken as integers
+(the pass then finds any NULL length, or a value of another type by its line).
 """
 
 from __future__ import annotations
@@ -19,6 +25,7 @@ import pyarrow.parquet as pq
 
 from seqpack_cli.errors import InputError, option
 from seqpack_cli.prepare.db import first_line
+from seqpack_cli.prepare.input_batches import InputKind, describe_input, input_kind
 from seqpack_cli.prepare.inputs import not_regular
 
 __all__ = ["Footer", "InputFile", "check_footers", "inspect_inputs", "read_footer", "widened_type"]
@@ -26,7 +33,7 @@ __all__ = ["Footer", "InputFile", "check_footers", "inspect_inputs", "read_foote
 
 @dataclass(frozen=True)
 class InputFile:
-    """One parquet input, as its footer describes it.
+    """One input (parquet, or JSON Lines: `input_batches.input_kind`), as its footer describes it.
 
     `column_types` are the DuckDB types of the columns `inspect_inputs` checked (the length
     column, and the id column if any), as `read_params` binds them: a length column of token
@@ -113,11 +120,29 @@ def _check_column(
             "integer token counts, or lists of integer token ids (each list's length is the "
             f"sequence's): name the token-id or length column with {flag}"
         )
+    if role == "length" and _is_text(column_type):
+        raise InputError(
+            f"length column {column!r} ({flag}) in {path} holds {column_type} values; expected "
+            "integer token counts, and this column holds text: to tokenize it inside prepare, "
+            f"pass {option('tokenizer')} PATH {option('text_column')} {column} instead of {flag}"
+        )
     expected = "integer token counts" if role == "length" else "unique integer ids"
+    fix = (
+        "write them as JSON integers"
+        if input_kind(path) == "jsonl"
+        else "cast the column to an integer type when writing the parquet"
+    )
     raise InputError(
         f"{role} column {column!r} ({flag}) in {path} holds {column_type} values; expected "
-        f"{expected}; cast the column to an integer type when writing the parquet, or name "
-        f"the right column with {flag}"
+        f"{expected}; {fix}, or name the right column with {flag}"
+    )
+
+
+def _is_text(column_type: pa.DataType) -> bool:
+    return bool(
+        pa.types.is_string(column_type)
+        or pa.types.is_large_string(column_type)
+        or pa.types.is_string_view(column_type)
     )
 
 
@@ -205,23 +230,47 @@ def _integers(a: pa.DataType, b: pa.DataType) -> bool:
 
 @dataclass(frozen=True)
 class Footer:
-    """One parquet input's footer as `read_footer` read it: what `check_footers` compares."""
+    """One input's footer as `read_footer` read it: what `check_footers` compares."""
 
     path: Path
     num_bytes: int
     num_rows: int
     names: tuple[str, ...]
     types: dict[str, pa.DataType]
+    kind: InputKind = "parquet"
+
+
+def _lenient(column_type: pa.DataType) -> pa.DataType:
+    """A JSON Lines column's sampled type, nulls read as integers (see the module docstring)."""
+    if pa.types.is_null(column_type):
+        return pa.int64()
+    element = _list_element(column_type)
+    if element is not None and pa.types.is_null(element):
+        return pa.list_(pa.int64())
+    return column_type
+
+
+def _jsonl_footer(path: Path) -> Footer:
+    described = describe_input(path)
+    types = {field.name: _lenient(field.type) for field in described.schema}
+    return Footer(
+        path, described.num_bytes, described.num_rows, tuple(described.schema.names), types, "jsonl"
+    )
 
 
 def read_footer(path: Path) -> Footer:
-    """The footer of one input; `InputError` for a path that is not a regular file, or a file that
-    is not parquet (or is truncated)."""
+    """The footer of one input; `InputError` for a path that is not a regular file, a file that
+    is not parquet (or is truncated), or a JSON Lines file that is empty or has a malformed line
+    (named by number)."""
     why = not_regular(path)
     if why == "missing":
         raise InputError(f"input file {path} does not exist; check the path")
     if why is not None:
-        raise InputError(f"input {path} is {why}; inputs are parquet files: leave it out")
+        raise InputError(
+            f"input {path} is {why}; inputs are parquet or JSON Lines files: leave it out"
+        )
+    if input_kind(path) == "jsonl":
+        return _jsonl_footer(path)
     try:
         with open(path, "rb") as handle:  # pyarrow takes only UTF-8 path names
             metadata = pq.read_metadata(handle)
@@ -260,32 +309,39 @@ def check_footers(
     read = _check_columns(length_column, id_column)
     roles = list(zip(read, ("length", "id"), strict=False))
     checked: list[Footer] = []
-    agreed: _AgreedSchema | None = None
+    whole: _AgreedSchema | None = None  # the parquet inputs' whole schemas
+    columns_read: _AgreedSchema | None = None  # every input's columns read
     for footer in footers:
         if isinstance(footer, InputError):
             raise footer
         path, names, types = footer.path, list(footer.names), footer.types
-        if agreed is None:
-            for column, role in roles:
+        difference = None
+        if footer.kind == "jsonl" or whole is None or len(names) != len(types):
+            for column, role in roles:  # (a repeated name: the same names, one maybe twice)
                 _check_column(path, names, types, column, role)
-            agreed = _AgreedSchema(dict(types), dict.fromkeys(types, path))
-        else:
-            difference = agreed.add(path, types)
-            if difference is not None:
-                raise InputError(
-                    f"input file {path} has a different schema from the other inputs: "
-                    f"{difference}; all inputs need the same columns (in any order), of the same "
-                    "types up to integer widths: rewrite it or leave it out"
-                )
-            if len(names) != len(types):  # the same names, one of them maybe twice
-                for column, role in roles:
-                    _check_column(path, names, types, column, role)
+        if footer.kind == "parquet":
+            if whole is None:
+                whole = _AgreedSchema(dict(types), dict.fromkeys(types, path))
+            else:
+                difference = whole.add(path, types)
+        read_types = {column: types[column] for column in read}
+        if columns_read is None:
+            columns_read = _AgreedSchema(read_types, dict.fromkeys(read_types, path))
+        elif difference is None:
+            difference = columns_read.add(path, read_types)
+        if difference is not None:
+            raise InputError(
+                f"input file {path} has a different schema from the other inputs: "
+                f"{difference}; all inputs need the same columns (in any order), of the same "
+                "types up to integer widths: rewrite it or leave it out"
+            )
         checked.append(footer)
-    if agreed is None:
+    if columns_read is None:
         return []
     # DuckDB reads every file's columns as the type they all widen to (`bound_schema` casts).
+    first = checked[0]
     column_types = tuple(
-        (column, _check_column(checked[0].path, list(checked[0].names), agreed.types, column, role))
+        (column, _check_column(first.path, list(first.names), columns_read.types, column, role))
         for column, role in roles
     )
     return [

@@ -1,11 +1,18 @@
-"""User arguments -> a sorted list of parquet files: files, globs (`**` too) and directories.
+"""User arguments -> a sorted list of input files: files, globs (`**` too) and directories.
 
 `resolve_inputs` walks directories (following symlinked ones, each loop cut once), matches globs,
-takes files by their extension (`PARQUET_SUFFIXES`), refuses remote URLs, keeps the output
+takes files by their extension (parquet: `PARQUET_SUFFIXES`; JSON Lines: `JSONL_SUFFIXES`; both
+kinds in one directory are both inputs; a `*.json` file is an input when named, or matched by a
+glob that spells `.json`, but not when a directory is searched: metadata such as
+`dataset_info.json` sits beside datasets), refuses remote URLs, keeps the output
 directory out, and reads each file once however many names reach it. What it leaves out is
 logged, with a count and an example, except the prepared directories seqpack wrote (those with
 seqpack's manifest): an output kept beside its data is skipped silently. No DuckDB here: the
 files are only named and stat-ed (and a found `manifest.json` parsed).
+
+The order is one sort of all the files' absolute paths, whatever their kind (`a.jsonl` comes
+before `b.parquet`, which comes before `c.json`): row-index ids count rows over the files in that
+order, so they do not depend on which kind a file is, nor on the order the inputs were named in.
 """
 
 from __future__ import annotations
@@ -24,12 +31,25 @@ from seqpack_cli.errors import ConfigError, InputError, option
 from seqpack_cli.prepared.format import FORMAT_NAME, MANIFEST_NAME
 from seqpack_cli.prepared.siblings import is_sibling_of
 
-__all__ = ["GLOB_CHARS", "PARQUET_SUFFIXES", "check_outside", "not_regular", "resolve_inputs"]
+__all__ = [
+    "GLOB_CHARS",
+    "JSONL_SUFFIXES",
+    "PARQUET_SUFFIXES",
+    "check_outside",
+    "not_regular",
+    "resolve_inputs",
+]
 
 logger = logging.getLogger(__name__)
 
 PARQUET_SUFFIXES = (".parquet", ".parq", ".pq")
-"""Extensions (any case) that make a file found in a directory or by a glob an input."""
+"""Extensions (any case) that make a file found in a directory or by a glob a parquet input."""
+
+JSONL_SUFFIXES = (".jsonl", ".jsonl.gz", ".json")
+"""Name endings (any case) that make a file a JSON Lines input (one JSON object per line)."""
+
+_SEARCHED_JSONL = (".jsonl", ".jsonl.gz")
+"""The JSON Lines endings taken when searching a directory or matching a glob (see above)."""
 
 GLOB_CHARS = "*?["
 """Characters that make an argument that does not exist a glob (DuckDB expands them too)."""
@@ -40,7 +60,10 @@ _REMOTE = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*://")
 class _Skipped:
     """What expansion left out, by reason: logged once, with a count and an example."""
 
-    NOT_PARQUET = "file(s) not parquet by their extension (.parquet, .parq, .pq, any case)"
+    NOT_PARQUET = (
+        "file(s) not parquet by their extension (.parquet, .parq, .pq) nor JSON Lines (.jsonl, "
+        ".jsonl.gz; .json when named or globbed as *.json), any case"
+    )
     NOT_REGULAR = "entries neither regular files nor directories (FIFOs, sockets, devices)"
     BROKEN = "symlink(s) that point nowhere"
     LOOP = "symlinked director(ies) looping back to a directory above them"
@@ -87,8 +110,11 @@ class _Excluded:
         return None
 
 
-def _is_parquet_name(path: Path) -> bool:
-    return path.suffix.lower() in PARQUET_SUFFIXES
+def _is_input_name(path: Path) -> bool:
+    """Whether the name makes `path` found by a search an input: parquet, or JSON Lines by an
+    extension no metadata file has (`_SEARCHED_JSONL`)."""
+    name = path.name.lower()
+    return path.suffix.lower() in PARQUET_SUFFIXES or name.endswith(_SEARCHED_JSONL)
 
 
 def _is_prepared(directory: Path) -> bool:
@@ -137,7 +163,7 @@ def _identity(path: str | os.PathLike[str]) -> tuple[int, int]:
 
 
 def _walk(root: Path, excluded: _Excluded, skipped: _Skipped) -> list[Path]:
-    """Parquet files under `root`, following symlinked directories (each loop cut once).
+    """Input files under `root`, following symlinked directories (each loop cut once).
 
     Hive-partitioned trees nest files in key=value/ folders; hidden and `_`-prefixed entries
     (_SUCCESS, .crc, _temporary/ of a running writer, seqpack's own temporaries) are not data.
@@ -165,7 +191,7 @@ def _walk(root: Path, excluded: _Excluded, skipped: _Skipped) -> list[Path]:
                 elif excluded.container(path) is None and not _is_prepared(path):
                     stack.append((path, above | {identity}))
             elif entry.is_file():
-                if _is_parquet_name(path):
+                if _is_input_name(path):
                     found.append(path)
                 else:
                     skipped.add(_Skipped.NOT_PARQUET, str(path))
@@ -256,14 +282,15 @@ def _glob(pattern: str, excluded: _Excluded, skipped: _Skipped) -> list[Path]:
         elif not_regular(match) is not None:
             broken = os.path.islink(match) and not os.path.exists(match)
             skipped.add(_Skipped.BROKEN if broken else _Skipped.NOT_REGULAR, str(match))
-        elif _is_parquet_name(match) or (match.suffix and spelled.endswith(match.suffix)):
+        elif _is_input_name(match) or (match.suffix and spelled.endswith(match.suffix)):
             files.append(match)
         else:
             not_parquet.append(match)
     if not files and not_parquet:
         raise InputError(
-            f"input pattern {pattern!r} matches {len(not_parquet)} files, none parquet by its "
-            f"extension ({', '.join(PARQUET_SUFFIXES)}), e.g. {not_parquet[0]}; end the pattern "
+            f"input pattern {pattern!r} matches {len(not_parquet)} files, none parquet nor JSON "
+            f"Lines by its extension ({', '.join(PARQUET_SUFFIXES + JSONL_SUFFIXES)}), e.g. "
+            f"{not_parquet[0]}; end the pattern "
             "with the files' own extension (e.g. '*.dat') to read them, or name them one by one"
         )
     if not files and num_excluded:
@@ -294,16 +321,17 @@ def _named(text: str, excluded: _Excluded, skipped: _Skipped) -> list[Path]:
         files = _walk(path, excluded, skipped)
         if not files:
             raise InputError(
-                f"input directory {text} holds no parquet files (*.parquet, *.parq, *.pq, any "
-                "case; hidden and _-prefixed entries left out); pass the directory that holds "
-                "the dataset's parquet files"
+                f"input directory {text} holds no parquet files (*.parquet, *.parq, *.pq) nor "
+                "JSON Lines files (*.jsonl, *.jsonl.gz), any case (hidden and _-prefixed entries "
+                "left out); pass the directory that holds the dataset's files, or name *.json "
+                "files (or a glob such as DIR/*.json)"
             )
         return files
     why = not_regular(path)
     if why is not None:
         raise InputError(
-            f"input {text} is {why}; inputs are parquet files (or symlinks to them), globs or "
-            "directories: copy the data to a file, or leave it out"
+            f"input {text} is {why}; inputs are parquet or JSON Lines files (or symlinks to "
+            "them), globs or directories: copy the data to a file, or leave it out"
         )
     return [path]
 
@@ -335,11 +363,13 @@ def resolve_inputs(
     *,
     exclude: Sequence[str | os.PathLike[str]] = (),
 ) -> list[Path]:
-    """Expand files, globs (`**` too) and directories into parquet files, sorted by path.
+    """Expand files, globs (`**` too) and directories into input files, sorted by path.
 
     A path that exists is taken literally (even with `*`, `?` or `[` in its name); an argument
     that does not exist and holds those characters is a glob. Directories (named, or matched by
-    a glob) are searched recursively for `*.parquet`, `*.parq` and `*.pq` (any case), following
+    a glob) are searched recursively for `*.parquet`, `*.parq`, `*.pq`, `*.jsonl` and
+    `*.jsonl.gz` (any case; `*.json` only when named or globbed; see the module docstring for
+    the order of both kinds), following
     symlinked directories; hidden and `_`-prefixed entries are not data. Each file is read once,
     however many names reach it; files left out are logged (a warning with a count and an
     example). Directories in `exclude` (the output, with its hidden `.NAME.seqpack-*` siblings)

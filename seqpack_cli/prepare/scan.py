@@ -39,6 +39,7 @@ from seqpack_cli.prepare.footers import (
     InputFile,
     inspect_inputs,
 )
+from seqpack_cli.prepare.input_batches import input_kind, line_of_row
 from seqpack_cli.progress import ProgressCallback
 
 __all__ = [
@@ -54,7 +55,10 @@ __all__ = [
 
 
 def location(files: Sequence[InputFile], file_index: int, row: int) -> str:
-    return f"{files[file_index].path} at row {row} (0-based)"
+    """Where a row is, for an error: the file and the row (0-based), and for JSON Lines its line."""
+    path = files[file_index].path
+    line = line_of_row(path, row) if input_kind(path) == "jsonl" else None
+    return f"{path} at row {row} (0-based)" + (f", line {line}" if line is not None else "")
 
 
 def is_token_lists(files: Sequence[InputFile], length_column: str) -> bool:

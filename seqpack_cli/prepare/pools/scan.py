@@ -42,6 +42,7 @@ from seqpack_cli.errors import ConfigError, InputError, option
 from seqpack_cli.over_cap import OverCap
 from seqpack_cli.prepare.db import first_line, load_sql, one_row, read_error, read_params
 from seqpack_cli.prepare.footers import InputFile
+from seqpack_cli.prepare.jsonl_staging import staged_parquet
 from seqpack_cli.prepare.pools import id_map
 from seqpack_cli.prepare.pools.id_checks import IdCheck, check_duplicates
 from seqpack_cli.prepare.pools.offsets import Layout, PoolAppend, changed_error, num_workers
@@ -82,7 +83,8 @@ def footer_id_bounds(files: Sequence[InputFile], id_column: str) -> tuple[int, i
     low: int | None = None
     high: int | None = None
     for file in files:
-        with open(file.path, "rb") as handle:  # pyarrow takes only UTF-8 path names
+        # A JSON Lines input's parquet copy carries the statistics (`jsonl_staging`).
+        with open(staged_parquet(file.path, file.column_types), "rb") as handle:
             metadata = pq.read_metadata(handle)
         names = [metadata.schema.column(i).path for i in range(metadata.num_columns)]
         if id_column not in names:
