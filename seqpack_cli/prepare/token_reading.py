@@ -23,6 +23,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from seqpack_cli.errors import InputError, option
+from seqpack_cli.prepare.input_batches import input_kind
 from seqpack_cli.token_sources import OFFSETS_NAME, TOKENS_NAME
 
 __all__ = [
@@ -120,7 +121,18 @@ def inspect_token_input(
     path: Path, column: str, id_column: str | None, rule: ValueRule
 ) -> TokenInput:
     """One parquet input's token column (and id column) checked against `rule`, from its footer:
-    the local engine's `inspect_token_inputs` and the Dask engine's footers read inputs alike."""
+    the local engine's `inspect_token_inputs` and the Dask engine's footers read inputs alike.
+
+    A JSON Lines input is refused in one line: the store reads token lists from parquet (see
+    `token_stream`), and converting is one call (`pyarrow.json.read_json`, then
+    `pyarrow.parquet.write_table`)."""
+    if input_kind(path) == "jsonl":
+        raise InputError(
+            f"input file {path} is JSON Lines, and the token store ({option('tokens_column')}) "
+            "reads token lists from parquet only; convert it first (pyarrow.parquet.write_table("
+            "pyarrow.json.read_json(PATH), 'PATH.parquet')), or tokenize text in prepare with "
+            f"{option('tokenizer')}"
+        )
     try:
         with pq.ParquetFile(path) as parquet:
             schema, metadata = parquet.schema_arrow, parquet.metadata
