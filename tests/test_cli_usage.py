@@ -118,7 +118,7 @@ def test_usage_errors_from_the_installed_command_are_one_line(tmp_path: Path) ->
     command = [sys.executable, "-m", "seqpack_cli", "prepare", _data(tmp_path), "--overwrite", "1"]
     result = subprocess.run(command, capture_output=True, text=True, timeout=120)
     assert result.returncode == 2, result.stderr
-    assert result.stderr.startswith("error: Missing option '--length-column'"), result.stderr
+    assert result.stderr.startswith("error: Missing option '--max-seq-len'"), result.stderr
     assert len(result.stderr.splitlines()) == 1 and not BOX.search(result.stderr)
 
 

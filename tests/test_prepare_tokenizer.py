@@ -299,3 +299,11 @@ def test_tokenizer_options_conflict_with_store_columns(tmp_path: Path) -> None:
     with pytest.raises(ConfigError, match="runs on engine='local' only"):
         PrepareConfig([tmp_path], None, 8, tmp_path / "o", tokenize=tokenize,  # type: ignore[arg-type]
                       engine="dask", workers=1)  # fmt: skip
+
+
+def test_no_length_column_and_no_tokenizer(tmp_path: Path) -> None:
+    inputs = _write(tmp_path / "in", {"n": [1, 2]}, files=1)
+    result = _prepare(inputs, tmp_path / "out")
+    _fails(result, tmp_path / "out", "--length-column is not set", "--tokenizer")
+    result = _prepare(inputs, tmp_path / "out", "--text-column", "n")
+    _fails(result, tmp_path / "out", "--text-column", "no --tokenizer")
