@@ -22,6 +22,7 @@ from __future__ import annotations
 import gzip
 import json
 import os
+import zlib
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -281,10 +282,17 @@ def read_batches(
 
 
 def _lines(path: Path) -> Iterator[tuple[int, bytes]]:
-    """(1-based line number, line) of a JSON Lines file, gunzipped for `*.gz`."""
+    """(1-based line number, line) of a JSON Lines file, gunzipped for `*.gz`; `InputError` for
+    a `*.gz` file that is not (complete) gzip."""
     gzipped = path.name.lower().endswith(".gz")
-    with gzip.open(path, "rb") if gzipped else open(path, "rb") as handle:
-        yield from enumerate(handle, start=1)
+    try:
+        with gzip.open(path, "rb") if gzipped else open(path, "rb") as handle:
+            yield from enumerate(handle, start=1)
+    except (EOFError, zlib.error, gzip.BadGzipFile) as error:
+        raise InputError(
+            f"input file {path} is not a complete gzip file ({error}), though its name ends in "
+            ".gz; compress it again, or rename it without .gz if it is plain JSON Lines"
+        ) from None
 
 
 def value_fits(column_type: pa.DataType) -> Callable[[Any], bool]:

@@ -1,0 +1,235 @@
+"""JSON Lines inputs (`*.jsonl`, `*.jsonl.gz`, `*.json`) beside parquet: the same prepared bytes.
+
+The property: any rows, cut into any files, each written as JSON Lines (plain, gzipped, `.json`)
+or parquet, give `counts.json`, `templates.json` and every pool byte for byte as the same rows
+written as parquet files of the same names, and a manifest that differs only where it names the
+input files (their paths, bytes and row counts). Then where things are found (a directory holding
+both kinds, globs, `.json` files) and how JSON Lines reads (`input_batches`).
+"""
+
+from __future__ import annotations
+
+import gzip
+import itertools
+import json
+import os
+import tempfile
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from seqpack_cli.errors import InputError
+from seqpack_cli.prepare import PrepareConfig, load_prepared, prepare_dataset
+from seqpack_cli.prepare.input_batches import describe_input, input_kind, read_batches
+from seqpack_cli.prepare.inputs import resolve_inputs
+
+KINDS = ("parquet", "jsonl", "jsonl.gz", "json")
+
+
+def write_jsonl(path: Path, rows: list[dict[str, Any]], *, tail: str = "\n") -> Path:
+    """Rows as JSON Lines (gzipped for `*.gz`), unicode kept as is; `tail` ends the file."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    text = "".join(json.dumps(row, ensure_ascii=False) + "\n" for row in rows) + tail[1:]
+    data = text.encode("utf-8")
+    path.write_bytes(gzip.compress(data) if path.name.lower().endswith(".gz") else data)
+    return path
+
+
+def write_parquet_rows(path: Path, rows: list[dict[str, Any]], schema: pa.Schema) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    pq.write_table(pa.Table.from_pylist(rows, schema=schema), path)
+    return path
+
+
+def _tree(path: Path) -> dict[str, bytes]:
+    return {
+        p.relative_to(path).as_posix(): p.read_bytes()
+        for p in sorted(path.rglob("*"))
+        if p.is_file() and p.name != "manifest.json"
+    }
+
+
+def _manifest(path: Path) -> dict[str, Any]:
+    manifest = json.loads((path / "manifest.json").read_text())
+    manifest.pop("manifest_sha256", None)  # covers the inputs' names too
+    return manifest
+
+
+def _prepare(inputs: list[Path], output: Path, **options: Any) -> Path:
+    base: dict[str, Any] = {"length_column": "n", "max_seq_len": 64}
+    prepare_dataset(PrepareConfig(inputs=inputs, output=output, **{**base, **options}))
+    return output
+
+
+# ---- the property -----------------------------------------------------------------------------
+
+TEXT = st.text(st.characters(codec="utf-8", exclude_categories=("Cs",)), max_size=12)
+
+
+@st.composite
+def datasets(draw: st.DrawFn) -> tuple[list[list[dict[str, Any]]], list[str], dict[str, Any]]:
+    """Rows (lengths 1..80, unique ids, unicode text) cut into 1-4 files, each file's kind,
+    and the options (ids or row indexes; the over-cap policy)."""
+    num_rows = draw(st.integers(1, 60))
+    lengths = draw(st.lists(st.integers(1, 80), min_size=num_rows, max_size=num_rows))
+    ids = draw(st.lists(st.integers(-(2**40), 2**40), min_size=num_rows, max_size=num_rows,
+                        unique=True))  # fmt: skip
+    texts = draw(st.lists(TEXT, min_size=num_rows, max_size=num_rows))
+    rows = [
+        {"n": length, "doc_id": id_, "text": text}
+        for length, id_, text in zip(lengths, ids, texts, strict=True)
+    ]
+    cuts = sorted(draw(st.lists(st.integers(0, num_rows), max_size=3)))
+    bounds = [0, *cuts, num_rows]
+    files = [rows[a:b] for a, b in itertools.pairwise(bounds)]
+    files = [part for part in files if part] or [rows]
+    kinds = draw(st.lists(st.sampled_from(KINDS), min_size=len(files), max_size=len(files)))
+    options: dict[str, Any] = {}
+    if draw(st.booleans()):
+        options["id_column"] = "doc_id"
+    if max(lengths) > 64:  # drop only where something is left to pack
+        options["over_cap"] = draw(st.sampled_from(["drop", "truncate"][min(lengths) > 64 :]))
+    return files, kinds, options
+
+
+SCHEMA = pa.schema([("n", pa.int64()), ("doc_id", pa.int64()), ("text", pa.string())])
+
+
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(datasets())
+def test_jsonl_inputs_give_the_bytes_of_the_same_rows_as_parquet(dataset) -> None:
+    files, kinds, options = dataset
+    with tempfile.TemporaryDirectory() as folder:
+        root = Path(folder)
+        mixed: list[Path] = []
+        for i, (rows, kind) in enumerate(zip(files, kinds, strict=True)):
+            name = f"part-{i}.{kind}"
+            if kind == "parquet":
+                mixed.append(write_parquet_rows(root / "mixed" / name, rows, SCHEMA))
+            else:
+                mixed.append(write_jsonl(root / "mixed" / name, rows))
+            write_parquet_rows(root / "parquet" / f"part-{i}.parquet", rows, SCHEMA)
+        # Named one by one, in reverse: the sorted order is kept whatever the naming order.
+        got = _prepare(list(reversed(mixed)), root / "got", **options)
+        want = _prepare([root / "parquet"], root / "want", **options)
+        assert _tree(got) == _tree(want)
+        got_manifest, want_manifest = _manifest(got), _manifest(want)
+        listed = got_manifest.pop("inputs")
+        want_manifest.pop("inputs")
+        assert got_manifest == want_manifest
+        assert listed["files"] == [
+            {"path": path.as_posix(), "bytes": path.stat().st_size, "num_rows": len(rows)}
+            for path, rows in zip(mixed, files, strict=True)
+        ]
+        load_prepared(got, verify=True)
+
+
+# ---- finding the inputs -----------------------------------------------------------------------
+
+
+def test_a_directory_holding_both_kinds_reads_both_in_one_sorted_order(tmp_path: Path) -> None:
+    rows = [{"n": i % 9 + 1} for i in range(30)]
+    write_jsonl(tmp_path / "data" / "a.jsonl", rows[:10])
+    write_parquet_rows(tmp_path / "data" / "b.parquet", rows[10:20], pa.schema([("n", pa.int64())]))
+    write_jsonl(tmp_path / "data" / "sub" / "c.JSONL.GZ", rows[20:])
+    write_jsonl(tmp_path / "data" / "dataset_info.json", [{"n": 100}])  # metadata, not data
+    found = resolve_inputs([tmp_path / "data"])
+    assert [p.name for p in found] == ["a.jsonl", "b.parquet", "c.JSONL.GZ"]
+    # A .json file is read when named, or matched by a glob that spells .json.
+    assert resolve_inputs([str(tmp_path / "data" / "*.json")])[0].name == "dataset_info.json"
+    prepared = load_prepared(_prepare([tmp_path / "data"], tmp_path / "out"))
+    assert prepared.manifest["summary"]["num_input_rows"] == 30
+    # Row-index ids follow the sorted files: row 5 of c.JSONL.GZ is id 25.
+    by_id = {int(i): length for length, pool in prepared.pools.items() for i in pool}
+    assert by_id == {i: rows[i]["n"] for i in range(30)}
+
+
+def test_blank_lines_and_a_missing_key_read_as_no_row_and_null(tmp_path: Path) -> None:
+    path = tmp_path / "a.jsonl"
+    path.write_text('{"n": 3}\n\n{"n": 4, "x": 1}\n{"x": 2}\n\n\n', encoding="utf-8")
+    assert describe_input(path).num_rows == 3
+    with pytest.raises(InputError, match=r"the first \(NULL\) in .*a\.jsonl at row 2 .*line 4"):
+        _prepare([path], tmp_path / "out")
+
+
+# ---- input_batches ----------------------------------------------------------------------------
+
+MESSAGES = [
+    [{"role": "system", "content": ""}, {"role": "user", "content": "héllo 👋"}],
+    [],
+    [{"role": "user", "content": "q"}, {"role": "assistant", "content": "日本語"}],
+]
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_read_batches_gives_rows_in_order_of_either_kind(tmp_path: Path, kind: str) -> None:
+    rows = [
+        {"text": f"row {i} ✓", "messages": MESSAGES[i % 3], "n": i + 1, "other": [i]}
+        for i in range(25)
+    ]
+    path = tmp_path / f"data.{kind}"
+    if kind == "parquet":
+        pq.write_table(pa.Table.from_pylist(rows), path, row_group_size=7)
+    else:
+        write_jsonl(path, rows, tail="\n\n\n")  # empty lines at the end
+    assert input_kind(path) == ("parquet" if kind == "parquet" else "jsonl")
+    described = describe_input(path)
+    assert (described.kind, described.num_rows) == (input_kind(path), 25)
+    assert described.num_bytes == path.stat().st_size
+    batches = list(read_batches(path, ["messages", "text"], batch_rows=10))
+    assert [batch.num_rows for batch in batches] == [10, 10, 5]
+    assert all(batch.schema.names == ["messages", "text"] for batch in batches)
+    table = pa.Table.from_batches(batches)
+    assert table.column("text").to_pylist() == [row["text"] for row in rows]
+    assert table.column("messages").to_pylist() == [row["messages"] for row in rows]
+    message_type = table.schema.field("messages").type
+    assert pa.types.is_list(message_type) and pa.types.is_struct(message_type.value_type)
+
+
+def test_read_batches_streams_a_large_jsonl_file_in_bounded_batches(tmp_path: Path) -> None:
+    # 40,000 rows of ~300 bytes (12 MB): parsed in 4 MiB blocks, handed out 1,000 rows a time.
+    path = write_jsonl(
+        tmp_path / "big.jsonl.gz", [{"text": "x" * 300, "n": i} for i in range(40_000)]
+    )
+    seen = 0
+    for batch in read_batches(path, ["n"], batch_rows=1000):
+        assert batch.num_rows <= 1000
+        assert batch.column(0).to_pylist() == list(range(seen, seen + batch.num_rows))
+        seen += batch.num_rows
+    assert seen == 40_000
+
+
+def test_read_batches_names_a_missing_column_and_a_bad_line(tmp_path: Path) -> None:
+    path = write_jsonl(tmp_path / "a.jsonl", [{"text": "a"}, {"text": "b"}])
+    with pytest.raises(InputError, match=r"column 'messages' is not in .*a\.jsonl; its columns"):
+        list(read_batches(path, ["messages"], batch_rows=4))
+    mixed = tmp_path / "mixed.jsonl"
+    mixed.write_text('{"text": "a"}\n{"text": 7}\n', encoding="utf-8")
+    with pytest.raises(InputError, match=r"mixed\.jsonl line 2 holds 7 in column 'text'"):
+        list(read_batches(mixed, ["text"], batch_rows=4))
+    broken = tmp_path / "broken.jsonl"
+    broken.write_text('{"text": "a"}\n{"text": "b"\n', encoding="utf-8")
+    with pytest.raises(InputError, match=r"broken\.jsonl line 2 is not valid JSON"):
+        list(read_batches(broken, ["text"], batch_rows=4))
+
+
+def test_a_key_of_mixed_types_troubles_no_other_column(tmp_path: Path) -> None:
+    # `meta` is a number, then a string: only a read of `meta` itself stops, at its line.
+    path = tmp_path / "a.jsonl"
+    path.write_text('{"n": 2, "meta": 1}\n{"n": 3, "meta": "x"}\n', encoding="utf-8")
+    assert load_prepared(_prepare([path], tmp_path / "out")).counts == {2: 1, 3: 1}
+    with pytest.raises(InputError, match=r"line 2 holds \"x\" in column 'meta'"):
+        list(read_batches(path, ["meta"], batch_rows=2))
+
+
+def test_files_are_opened_by_python_whatever_their_names(tmp_path: Path) -> None:
+    # pyarrow takes only UTF-8 path names; DuckDB would expand the [1] of a copy's name.
+    name = os.fsdecode(b"caf\xe9 [1].jsonl")
+    path = write_jsonl(tmp_path / name, [{"n": 5}, {"n": 6}])
+    assert describe_input(path).num_rows == 2
+    assert load_prepared(_prepare([path], tmp_path / "out")).counts == {5: 1, 6: 1}
