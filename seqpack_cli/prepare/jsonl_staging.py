@@ -87,12 +87,13 @@ def _value_error(path: Path, column_types: Sequence[tuple[str, str]]) -> InputEr
         return None
     line, what = fault
     column = what.rsplit("column ", 1)[-1].strip("'")
-    is_length = column == column_types[0][0]
-    role, expected = (
-        ("length", "integer token counts (or lists of integer token ids)")
-        if is_length
-        else ("id", "unique integer ids")
-    )
+    kinds = dict(column_types)
+    if column != column_types[0][0]:
+        role, expected = "id", "unique integer ids"
+    elif kinds.get(column, "").endswith("[]"):
+        role, expected = "length", "lists of integer token ids"
+    else:
+        role, expected = "length", "integer token counts"
     return InputError(
         f"{role} column {column!r} ({option(f'{role}_column')}) in {path} line {line} "
         f"{what.split(' in column ')[0]}; expected {expected}: fix or drop that line before "
