@@ -5,7 +5,8 @@ The kernel `seqpack prepare --tokenizer` runs over each batch of rows. Importing
 
 - `loading`: `load_tokenizer(path) -> TokenizerSpec`, a local Hugging Face tokenizer and its
   manifest record.
-- `encode`: `encode_text`, `encode_messages`, `encode_prompt_completion`, one batch each.
+- `encode`: `encode_text`, `encode_messages`, `encode_prompt_completion`, one batch each;
+  `worker_pool` for `encode_messages(workers=2)`.
 - `chat`: chat templates rendered as transformers renders them, with the spans to train on.
 - `encoded`: `Encoded` (lengths, tokens, loss mask) and the token-to-span mask.
 - `rows`: `TokenizeError` and the checks of each kind of row.
@@ -17,6 +18,7 @@ from seqpack_cli.tokenize.encode import (
     encode_messages,
     encode_prompt_completion,
     encode_text,
+    worker_pool,
 )
 from seqpack_cli.tokenize.encoded import Encoded
 from seqpack_cli.tokenize.loading import TokenizerSpec, load_tokenizer
@@ -31,4 +33,5 @@ __all__ = [
     "encode_prompt_completion",
     "encode_text",
     "load_tokenizer",
+    "worker_pool",
 ]

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from itertools import chain
 
 import numpy as np
 
@@ -52,9 +53,7 @@ def concatenate(
     """Rows of ids (and their masks) as one `Encoded`."""
     lengths = np.fromiter((len(row) for row in ids), dtype=np.int64, count=len(ids))
     dtype = token_dtype(vocab_size)
-    tokens = np.fromiter(
-        (token for row in ids for token in row), dtype=dtype, count=int(lengths.sum())
-    )
+    tokens = np.fromiter(chain.from_iterable(ids), dtype=dtype, count=int(lengths.sum()))
     if masks is None:
         return Encoded(lengths, tokens)
     mask = np.concatenate(masks).astype(np.uint8) if masks else np.zeros(0, np.uint8)
@@ -83,7 +82,8 @@ def spans_mask(offsets: Sequence[tuple[int, int]], spans: Sequence[Span]) -> np.
     mask = np.zeros(len(offsets), dtype=np.uint8)
     if not spans or not len(offsets):
         return mask
-    bounds = np.asarray(offsets, dtype=np.int64).reshape(-1, 2)
+    # fromiter over the flattened pairs: several times faster than asarray on a list of tuples.
+    bounds = np.fromiter(chain.from_iterable(offsets), np.int64, 2 * len(offsets)).reshape(-1, 2)
     span_bounds = np.asarray(spans, dtype=np.int64).reshape(-1, 2)
     starts, ends = bounds[:, 0], bounds[:, 1]
     if np.all(np.diff(starts) >= 0) and np.all(np.diff(span_bounds[:, 1]) >= 0):
