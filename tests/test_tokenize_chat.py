@@ -136,3 +136,24 @@ def test_two_worker_processes_give_the_same_result(tokenizer_dirs) -> None:
     assert np.array_equal(one.tokens, two.tokens)
     assert one.loss_mask is not None and two.loss_mask is not None
     assert np.array_equal(one.loss_mask, two.loss_mask)
+
+
+def test_extra_keys_and_reasoning_reach_the_template_as_in_transformers(tmp_path: Path) -> None:
+    # A template reading `thinking` (given as `reasoning`) and a `name` key; NULL keys dropped.
+    template = (
+        "{% for m in messages %}<|im_start|>{{ m['role'] }}"
+        "{% if m.name is defined %}({{ m.name }}){% endif %}\n"
+        "{% if m.thinking is defined %}<think>{{ m.thinking }}</think>{% endif %}"
+        "{% generation %}{{ m['content'] }}<|im_end|>{% endgeneration %}\n{% endfor %}"
+    )
+    folder = build_byte_level_tokenizer(tmp_path / "tok", template=template)
+    chat = [
+        {"role": "user", "content": "hi", "name": "ada", "reasoning": None},
+        {"role": "assistant", "content": "yes", "name": None, "reasoning": "because"},
+    ]
+    encoded = encode_messages(load_tokenizer(folder), [chat])
+    ids, mask = _hf(folder, chat)
+    tokens, loss_mask = encoded.row(0)
+    assert tokens.tolist() == ids and loss_mask is not None and loss_mask.tolist() == mask
+    text = load_tokenizer(folder).tokenizer.decode(ids, skip_special_tokens=False)
+    assert "(ada)" in text and "<think>because</think>" in text

@@ -10,6 +10,7 @@ the file's text (so it pickles to worker processes) and what the manifest record
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import threading
@@ -73,9 +74,10 @@ class TokenizerSpec:
     def _build(self) -> Any:
         return import_tokenizers().Tokenizer.from_str(self.tokenizer_json)
 
-    @property
+    @functools.cached_property
     def vocab_size(self) -> int:
-        """One more than the largest token id (added tokens included)."""
+        """One more than the largest token id (added tokens included); read once, since the
+        vocabulary is a dict of every token (128k for Llama 3)."""
         return max(self.tokenizer.get_vocab(with_added_tokens=True).values()) + 1
 
     def token_id(self, name: str) -> int | None:

@@ -15,6 +15,8 @@ from seqpack_cli.errors import InputError
 __all__ = ["Message", "TokenizeError", "as_rows", "check_messages", "check_texts"]
 
 Message = dict[str, str]
+# The names a message's reasoning comes under, the first the standard one (transformers 5).
+_REASONING_FIELDS = ("reasoning_content", "thinking", "reasoning")
 
 
 class TokenizeError(InputError):
@@ -51,7 +53,9 @@ def check_texts(batch: Any, *, column: str, first_row: int = 0) -> list[str]:
 
 def check_messages(batch: Any, *, column: str, first_row: int = 0) -> list[list[Message]]:
     """The rows of a messages column: lists of `{role, content}` with string roles and string
-    (or NULL, read as empty) contents; other keys are kept for the template.
+    (or NULL, read as empty) contents; other keys are kept for the template (NULL ones dropped),
+    and a reasoning (`reasoning_content`, `thinking` or `reasoning`) is also given as
+    `thinking` and `reasoning_content`, as transformers 5 passes it.
 
     Raises:
         TokenizeError: a NULL row, an empty list, a message that is not a struct, lacks `role`
@@ -93,6 +97,10 @@ def check_messages(batch: Any, *, column: str, first_row: int = 0) -> list[list[
             # undefined; a NULL content is the empty string.
             clean = {key: value for key, value in message.items() if value is not None}
             clean["content"] = content or ""
+            reasoning = next((clean[key] for key in _REASONING_FIELDS if key in clean), None)
+            if reasoning is not None:
+                # As transformers does: the reasoning under the names templates read.
+                clean = {"thinking": reasoning, **clean, "reasoning_content": reasoning}
             conversation.append(clean)
         checked.append(conversation)
     return checked
