@@ -7,6 +7,7 @@ against transformers' mask of the same template with markers around exactly that
 
 from __future__ import annotations
 
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import numpy as np
@@ -20,7 +21,7 @@ from tokenizer_fixtures import (
     generate_conversations,
 )
 
-from seqpack_cli.tokenize import encode_messages, load_tokenizer
+from seqpack_cli.tokenize import TokenizeError, encode_messages, load_tokenizer, worker_pool
 
 transformers = pytest.importorskip("transformers")
 
@@ -127,15 +128,28 @@ def test_pyarrow_rows_and_a_null_content(tokenizer_dirs) -> None:
 
 
 @pytest.mark.slow
-def test_two_worker_processes_give_the_same_result(tokenizer_dirs) -> None:
+def test_two_workers_give_the_same_result_and_errors(tokenizer_dirs, tmp_path: Path) -> None:
     spec = load_tokenizer(tokenizer_dirs["bpe", "marked"])
     chats = generate_conversations(200, seed=15)
     one = encode_messages(spec, chats)
-    two = encode_messages(spec, chats, workers=2)
-    assert np.array_equal(one.lengths, two.lengths)
-    assert np.array_equal(one.tokens, two.tokens)
-    assert one.loss_mask is not None and two.loss_mask is not None
-    assert np.array_equal(one.loss_mask, two.loss_mask)
+    with ThreadPoolExecutor(2) as threads, worker_pool(2) as processes:
+        for executor in (threads, processes):
+            two = encode_messages(spec, chats, workers=2, executor=executor)
+            assert np.array_equal(one.lengths, two.lengths)
+            assert np.array_equal(one.tokens, two.tokens)
+            assert one.loss_mask is not None and two.loss_mask is not None
+            assert np.array_equal(one.loss_mask, two.loss_mask)
+        # A row that fails inside a worker process comes back as the same one-line error.
+        folder = build_bpe_tokenizer(tmp_path / "strict", template=None)
+        (folder / "chat_template.jinja").write_text(
+            "{% for m in messages %}{% if m['role'] == 'tool' %}"
+            "{{ raise_exception('no tools') }}{% endif %}{{ m['content'] }}{% endfor %}"
+        )
+        rows = [*chats[:5], [{"role": "tool", "content": "x"}]]
+        with pytest.raises(TokenizeError, match=r"^row 15: the chat template failed: no tools"):
+            encode_messages(
+                load_tokenizer(folder), rows, workers=2, executor=processes, first_row=10
+            )
 
 
 def test_extra_keys_and_reasoning_reach_the_template_as_in_transformers(tmp_path: Path) -> None:

@@ -27,6 +27,10 @@ class TokenizeError(InputError):
         self.row = row
         self.problem = message
 
+    def __reduce__(self) -> tuple[type[TokenizeError], tuple[int, str]]:
+        # Raised in a worker process, it crosses back pickled: rebuild it from its two parts.
+        return type(self), (self.row, self.problem)
+
 
 def as_rows(batch: Any) -> Sequence[Any]:
     """The batch as a list of Python values (a pyarrow Array/ChunkedArray is converted)."""
