@@ -7,6 +7,7 @@ against transformers' mask of the same template with markers around exactly that
 
 from __future__ import annotations
 
+import itertools
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
@@ -60,6 +61,14 @@ def _hf_all(folder: Path, chats: list) -> list[tuple[list[int], list[int]]]:
 @pytest.mark.parametrize("kind", sorted(BUILDERS))
 def test_equal_to_transformers_on_1000_chats(tokenizer_dirs, kind: str) -> None:
     chats = generate_conversations(1000, seed=11)
+    # The cases the comparison must cover are all there.
+    contents = [m["content"] for chat in chats for m in chat]
+    assert "" in contents and any(not c.isascii() for c in contents if c)
+    assert sum(chat[0]["role"] == "system" for chat in chats) > 300
+    assert sum(len(chat) > 4 for chat in chats) > 300
+    assert any(
+        a["role"] == b["role"] == "assistant" for chat in chats for a, b in itertools.pairwise(chat)
+    )
     folder = tokenizer_dirs[kind, "marked"]
     encoded = encode_messages(load_tokenizer(folder), chats)
     expected = _hf_all(folder, chats)
