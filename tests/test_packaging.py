@@ -108,13 +108,19 @@ def test_the_wheel_is_seqpack_cli_with_its_extras_command_and_queries(tmp_path: 
     assert metadata["Name"] == "seqpack-cli"
     # The version the manifest records is the one the wheel declares.
     assert metadata["Version"] == seqpack_cli.__version__
-    assert sorted(metadata.get_all("Provides-Extra")) == ["dask", "dev", "hf", "torch"]
+    extras = sorted(metadata.get_all("Provides-Extra"))
+    assert {"dask", "dev", "hf", "tokenize", "torch"} <= set(extras), extras
     requires = metadata.get_all("Requires-Dist")
     assert 'torch>=2.5; extra == "torch"' in requires
     assert any(r.startswith("dask[distributed]") and 'extra == "dask"' in r for r in requires)
     assert not any(r.startswith("torch") and "extra" not in r for r in requires), requires
     assert 'transformers>=5.0; extra == "hf"' in requires
     assert "seqpack_cli/hf/attention.py" in names
+    # Every subpackage is in the wheel (pyproject lists them by hand).
+    packages = {
+        p.parent.relative_to(ROOT).as_posix() for p in (ROOT / "seqpack_cli").rglob("__init__.py")
+    }
+    assert all(f"{package}/__init__.py" in names for package in packages), packages
     assert "seqpack = seqpack_cli.__main__:main" in entry_points
     queries = sorted(p.name for p in (ROOT / "sql").glob("*.sql"))
     assert queries and all(f"seqpack_cli/sql/{q}" in names for q in queries)
