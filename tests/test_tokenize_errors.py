@@ -133,6 +133,7 @@ def test_an_unmarked_template_that_is_not_incremental(spec: TokenizerSpec, tmp_p
         "row 0",
         "message 1",
         "add {% generation %} markers",
+        "or use train_on all",
     )
     # Training on every token needs no split: it works.
     assert len(encode_messages(counting, [GOOD], train_on="all")) == 1

@@ -48,7 +48,15 @@ class CompiledTemplate:
         self._variables = dict(special_tokens)
 
     def render(self, messages: list[dict[str, Any]], *, add_generation_prompt: bool = False) -> str:
-        """The rendered chat."""
+        """The rendered chat.
+
+        Args:
+            messages: the checked messages (`rows.check_messages`).
+            add_generation_prompt: end with the assistant header, as for generation.
+
+        Returns:
+            The text.
+        """
         return str(
             self._template.render(
                 messages=messages,
@@ -60,8 +68,15 @@ class CompiledTemplate:
         )
 
     def render_with_spans(self, messages: list[dict[str, Any]]) -> tuple[str, list[Span]]:
-        """The rendered chat (no generation prompt) and the `[start, end)` character spans of its
-        `{% generation %}` blocks, in the order they closed."""
+        """The rendered chat and what its `{% generation %}` blocks wrote.
+
+        Args:
+            messages: the checked messages.
+
+        Returns:
+            `(chat, spans)`: the text (no generation prompt) and the `[start, end)` character
+            spans of its generation blocks, in the order they closed.
+        """
         blocks: list[str] = []
         spans: list[Span] = []
         with self._template.environment.track_generation(blocks, spans):
@@ -82,6 +97,9 @@ class CompiledTemplate:
         the rendering of `messages[:i]` with `add_generation_prompt=True` (the prompt, ending in
         the assistant header) and the rendering of `messages[:i + 1]` without it: the turn's
         content and whatever the template writes after it (an end-of-turn token, a newline).
+
+        Args:
+            messages: the checked messages.
 
         Returns:
             `(chat, spans)`, or the index of the first assistant turn whose prompt is not a

@@ -105,7 +105,8 @@ def _render(
                         first_row + index,
                         f"message {split}: the chat template renders the messages before it "
                         "differently once the turn follows, so the assistant text cannot be "
-                        "found; add {% generation %} markers to the template or train on all",
+                        "found; add {% generation %} markers to the template or use "
+                        f"{option('train_on')} all",
                     )
                 chat, spans = split
         except TokenizeError:
@@ -208,7 +209,9 @@ def encode_messages(
         )
     if isinstance(workers, bool) or not isinstance(workers, int) or workers < 1:
         raise ConfigError(f"workers={workers!r} is not a positive integer; give 1 or more")
-    _template(spec, column)  # a tokenizer without a template fails before any row is read
+    template = _template(spec, column)  # no template: fails before any row is read
+    if train_on == "assistant" and not template.marked:
+        logger.debug("no {%% generation %%} markers: masks from the prompt/answer split")
     conversations = check_messages(batch, column=column, first_row=first_row)
     if (workers == 1 and executor is None) or len(conversations) < 2:
         return _encode_messages_chunk(spec, conversations, train_on, first_row)

@@ -37,7 +37,14 @@ class Encoded:
     loss_mask: np.ndarray | None = None
 
     def row(self, index: int) -> tuple[np.ndarray, np.ndarray | None]:
-        """Row `index`'s tokens and mask (views)."""
+        """One row's tokens and mask.
+
+        Args:
+            index: the row, from 0.
+
+        Returns:
+            `(tokens, loss_mask)`, views into the batch's arrays (the mask None for text).
+        """
         end = int(self.lengths[: index + 1].sum())
         start = end - int(self.lengths[index])
         mask = None if self.loss_mask is None else self.loss_mask[start:end]

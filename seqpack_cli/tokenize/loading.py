@@ -81,7 +81,14 @@ class TokenizerSpec:
         return max(self.tokenizer.get_vocab(with_added_tokens=True).values()) + 1
 
     def token_id(self, name: str) -> int | None:
-        """The id of the special token `name` ("bos_token", ...), or None when unknown."""
+        """The id of a named special token.
+
+        Args:
+            name: "bos_token", "eos_token", ... (`SPECIAL_TOKEN_NAMES`).
+
+        Returns:
+            Its id, or None when the config does not name it or the vocabulary lacks it.
+        """
         token = self.special_tokens.get(name)
         return None if token is None else self.tokenizer.token_to_id(token)
 
