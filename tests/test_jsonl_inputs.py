@@ -233,3 +233,24 @@ def test_files_are_opened_by_python_whatever_their_names(tmp_path: Path) -> None
     path = write_jsonl(tmp_path / name, [{"n": 5}, {"n": 6}])
     assert describe_input(path).num_rows == 2
     assert load_prepared(_prepare([path], tmp_path / "out")).counts == {5: 1, 6: 1}
+
+
+def test_the_dask_driver_fingerprints_a_jsonl_file_by_its_head_and_tail(tmp_path: Path) -> None:
+    # A JSON Lines file has no parquet footer: a worker's stale copy of the same size differs
+    # in its first or last MiB (the whole file when it is small).
+    from seqpack_cli.prepare.engines.dask.fingerprints import difference, fingerprint
+
+    path = write_jsonl(tmp_path / "a.jsonl", [{"n": i % 9 + 1} for i in range(200)])
+    driver = fingerprint(path)
+    assert driver is not None
+    data = path.read_bytes()
+    for offset in (2, len(data) // 2, len(data) - 3):  # '{"n": 1}': a digit, same size
+        changed = bytearray(data)
+        changed[offset : offset + 1] = b"7" if data[offset : offset + 1] != b"7" else b"8"
+        path.write_bytes(bytes(changed))
+        seen = fingerprint(path)
+        assert difference(seen, driver) == "its first or last MiB differs from the driver's " + (
+            f"(both {len(data)} bytes)"
+        )
+    path.write_bytes(data)
+    assert difference(fingerprint(path), driver) is None
