@@ -13,6 +13,7 @@ from __future__ import annotations
 import functools
 import hashlib
 import json
+import logging
 import threading
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -34,6 +35,7 @@ SPECIAL_TOKEN_NAMES = (
     "mask_token",
 )
 _RECORDED = ("bos", "eos", "pad", "unk")
+logger = logging.getLogger(__name__)
 
 # One built `tokenizers.Tokenizer` per tokenizer file (by sha256) in each process: building one
 # parses the whole JSON, so encoders and worker processes reuse it.
@@ -53,6 +55,9 @@ class TokenizerSpec:
             `tokenizer_config.json`, as strings; absent names are left out.
         chat_template: the chat template (`chat_template.jinja` first, then the config's
             `chat_template`, its "default" entry for the list form), or None.
+        tokenizer_class: the config's `tokenizer_class`, or None.
+        rebuilt: whether `tokenizer_json` is the pipeline transformers built for that class
+            (see `load_tokenizer`) rather than the file's text.
     """
 
     path: Path
@@ -60,15 +65,18 @@ class TokenizerSpec:
     sha256: str
     special_tokens: dict[str, str]
     chat_template: str | None = field(repr=False)
+    tokenizer_class: str | None = None
+    rebuilt: bool = False
 
     @property
     def tokenizer(self) -> Any:
         """The `tokenizers.Tokenizer`, built once per process."""
         with _BUILT_LOCK:
-            built = _BUILT.get(self.sha256)
+            key = f"{self.sha256}:{self.tokenizer_class if self.rebuilt else ''}"
+            built = _BUILT.get(key)
             if built is None:
                 built = self._build()
-                _BUILT[self.sha256] = built
+                _BUILT[key] = built
             return built
 
     def _build(self) -> Any:
@@ -97,8 +105,8 @@ class TokenizerSpec:
 
         Returns:
             `{"sha256", "vocab_size", "special_tokens": {"bos": {"token", "id"}, ...},
-            "chat_template_sha256"}`; bos/eos/pad/unk appear where the config names them, the
-            template's hash is None without a template.
+            "chat_template_sha256", "tokenizer_class"}`; bos/eos/pad/unk appear where the
+            config names them, the template's hash is None without a template.
         """
         special = {
             short: {
@@ -116,6 +124,7 @@ class TokenizerSpec:
             "chat_template_sha256": (
                 None if template is None else hashlib.sha256(template.encode("utf-8")).hexdigest()
             ),
+            "tokenizer_class": self.tokenizer_class,
         }
 
 
@@ -165,12 +174,51 @@ def _template(config: dict[str, Any], folder: Path | None, path: Path) -> str | 
     )
 
 
+# Classes that load tokenizer.json as written; a model's own class (Qwen2Tokenizer,
+# LlamaTokenizer, ...) rebuilds the pipeline in transformers 5 (its normalizer, pre-tokenizer,
+# post-processor), so the same file can tokenize differently there.
+_GENERIC_CLASSES = (None, "PreTrainedTokenizerFast", "TokenizersBackend")
+
+
+def _rebuilt_by_transformers(folder: Path, tokenizer_class: str) -> str | None:
+    """The pipeline transformers builds for `tokenizer_class` from `folder`, as tokenizer.json
+    text; None (with a warning) where transformers is missing or cannot load it."""
+    try:
+        from transformers import AutoTokenizer
+    except ImportError:
+        logger.warning(
+            "%s: tokenizer_class %s is rebuilt by transformers 5, which is not installed; "
+            "tokenizing with tokenizer.json as written, which may differ from transformers",
+            folder,
+            tokenizer_class,
+        )
+        return None
+    try:
+        loaded = AutoTokenizer.from_pretrained(folder, local_files_only=True)
+        return str(loaded.backend_tokenizer.to_str())
+    except Exception as error:  # any failure of a model class: fall back to the file
+        logger.warning(
+            "%s: transformers cannot load tokenizer_class %s (%s); tokenizing with "
+            "tokenizer.json as written",
+            folder,
+            tokenizer_class,
+            error,
+        )
+        return None
+
+
 def load_tokenizer(path: str | Path) -> TokenizerSpec:
     """Read a local tokenizer.
 
     Args:
         path: a `tokenizer.json` file, or a directory holding `tokenizer.json` and optionally
             `tokenizer_config.json` and `chat_template.jinja`.
+
+    Where `tokenizer_config.json` names a model's own `tokenizer_class` (not
+    PreTrainedTokenizerFast/TokenizersBackend), transformers 5 rebuilds the pipeline from its
+    class, so the spec encodes with the pipeline transformers builds (when transformers is
+    installed; otherwise tokenizer.json as written, with a warning). The record's sha256 is
+    always the file's.
 
     Returns:
         The `TokenizerSpec` (the tokenizer itself is built, and checked, here).
@@ -200,12 +248,19 @@ def load_tokenizer(path: str | Path) -> TokenizerSpec:
     special = {
         name: text for name in SPECIAL_TOKEN_NAMES if (text := _token_text(config.get(name)))
     }
+    tokenizer_class = config.get("tokenizer_class")
+    tokenizer_class = tokenizer_class if isinstance(tokenizer_class, str) else None
+    rebuilt = None
+    if folder is not None and tokenizer_class not in _GENERIC_CLASSES:
+        rebuilt = _rebuilt_by_transformers(folder, str(tokenizer_class))
     spec = TokenizerSpec(
         path=file,
-        tokenizer_json=raw.decode("utf-8"),
+        tokenizer_json=rebuilt or raw.decode("utf-8"),
         sha256=hashlib.sha256(raw).hexdigest(),
         special_tokens=special,
         chat_template=_template(config, folder, path),
+        tokenizer_class=tokenizer_class,
+        rebuilt=rebuilt is not None,
     )
     try:
         spec.tokenizer  # noqa: B018 - builds it, so a broken file fails here, not mid-job
