@@ -307,3 +307,48 @@ def test_no_length_column_and_no_tokenizer(tmp_path: Path) -> None:
     _fails(result, tmp_path / "out", "--length-column is not set", "--tokenizer")
     result = _prepare(inputs, tmp_path / "out", "--text-column", "n")
     _fails(result, tmp_path / "out", "--text-column", "no --tokenizer")
+
+
+def _write_jsonl(path: Path, rows: list[dict[str, Any]]) -> Path:
+    import gzip
+
+    text = "".join(json.dumps(row, ensure_ascii=False) + "\n" for row in rows)
+    if path.name.endswith(".gz"):
+        path.write_bytes(gzip.compress(text.encode("utf-8")))
+    else:
+        path.write_text(text, encoding="utf-8")
+    return path
+
+
+def test_json_lines_give_what_parquet_gives(tmp_path: Path, tokenizer_dir: Path) -> None:
+    chats = _chats(90, seed=11)
+    parquet = _write(tmp_path / "parquet", {"messages": chats}, files=2)
+    jsonl = tmp_path / "jsonl"
+    jsonl.mkdir()
+    _write_jsonl(jsonl / "part-0.jsonl", [{"messages": c} for c in chats[:45]])
+    _write_jsonl(jsonl / "part-1.jsonl.gz", [{"messages": c} for c in chats[45:]])
+    base = ["--tokenizer", str(tokenizer_dir), "--messages-column", "messages"]
+    for inputs, output in ((parquet, "a"), (jsonl, "b")):
+        result = _prepare(inputs, tmp_path / output, *base)
+        assert result.exit_code == 0, result.output
+    a, b = load_prepared(tmp_path / "a"), load_prepared(tmp_path / "b")
+    assert a.counts == b.counts and a.templates == b.templates
+    assert _rows(a, "tokens") == _rows(b, "tokens")
+    assert _rows(a, "loss_mask") == _rows(b, "loss_mask")
+    for name in ("tokens/tokens.npy", "tokens/offsets.npy", "loss_mask/tokens.npy"):
+        assert (tmp_path / "a" / name).read_bytes() == (tmp_path / "b" / name).read_bytes()
+
+
+def test_a_bad_json_line_is_named_by_its_line(tmp_path: Path, tokenizer_dir: Path) -> None:
+    folder = tmp_path / "in"
+    folder.mkdir()
+    rows = [{"text": "a packing model"}, {"text": None}, {"text": "fine"}]
+    path = _write_jsonl(folder / "rows.jsonl", rows)
+    path.write_text("\n" + path.read_text())  # a blank first line: line 3 holds row 1
+    result = _prepare(folder, tmp_path / "out", "--tokenizer", str(tokenizer_dir),
+                      "--text-column", "text")  # fmt: skip
+    _fails(result, tmp_path / "out", "rows.jsonl", "line 3", "NULL")
+    path.write_text('{"text": "fine"}\n{"text": "broken\n')
+    result = _prepare(folder, tmp_path / "out", "--tokenizer", str(tokenizer_dir),
+                      "--text-column", "text")  # fmt: skip
+    _fails(result, tmp_path / "out", "rows.jsonl", "line 2")

@@ -1,21 +1,20 @@
 """The inputs of `prepare --tokenizer`: each file's text columns checked before a row is read.
 
-`inspect_text_inputs` reads each parquet footer (the schema and the row count), checks that the
-columns the tokenizer reads are there and hold what it takes (strings; for messages, lists of
-`{role, content}` structs; integer ids), and returns the files as the token store describes its
-inputs (`token_reading.TokenInput`).
+`inspect_text_inputs` describes each input (`input_batches.describe_input`: a parquet footer, or
+a JSON Lines file's first block and row count), checks that the columns the tokenizer reads are
+there and hold what it takes (strings; for messages, lists of `{role, content}` structs; integer
+ids), and returns the files as the token store describes its inputs (`token_reading.TokenInput`).
 """
 
 from __future__ import annotations
 
-import os
 from collections.abc import Sequence
 from pathlib import Path
 
 import pyarrow as pa
-import pyarrow.parquet as pq
 
 from seqpack_cli.errors import InputError, option
+from seqpack_cli.prepare.input_batches import describe_input
 from seqpack_cli.prepare.token_reading import TokenInput
 from seqpack_cli.prepare.tokenize_options import TokenizeOptions
 
@@ -50,6 +49,8 @@ def _check_column(path: Path, schema: pa.Schema, name: str, option_name: str) ->
             f"{', '.join(schema.names[:20])}; pass one of them"
         )
     kind = schema.field(name).type
+    if pa.types.is_null(kind):  # a JSON Lines key null in every line of the first block
+        return
     if option_name == "messages_column":
         if not _is_messages(kind):
             raise InputError(
@@ -72,14 +73,9 @@ def _check_column(path: Path, schema: pa.Schema, name: str, option_name: str) ->
 
 
 def inspect_text_input(path: Path, tokenize: TokenizeOptions, id_column: str | None) -> TokenInput:
-    """One parquet input's footer, its text (and id) columns checked."""
-    try:
-        with pq.ParquetFile(path) as parquet:
-            schema, num_rows = parquet.schema_arrow, parquet.metadata.num_rows
-    except (OSError, pa.ArrowException) as error:
-        raise InputError(
-            f"cannot read {path} as parquet ({str(error).splitlines()[0]}); pass parquet files"
-        ) from None
+    """One input's text (and id) columns checked, from its footer or first block."""
+    described = describe_input(path)
+    schema = described.schema
     named = {
         "text_column": tokenize.text_column,
         "messages_column": tokenize.messages_column,
@@ -90,7 +86,7 @@ def inspect_text_input(path: Path, tokenize: TokenizeOptions, id_column: str | N
     for option_name, column in named.items():
         if column is not None:
             _check_column(path, schema, column, option_name)
-    return TokenInput(path, os.path.getsize(path), num_rows, 0, None)
+    return TokenInput(path, described.num_bytes, described.num_rows, 0, None)
 
 
 def inspect_text_inputs(

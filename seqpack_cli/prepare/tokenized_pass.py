@@ -18,10 +18,10 @@ from typing import Any
 
 import numpy as np
 import pyarrow as pa
-import pyarrow.parquet as pq
 
 from seqpack_cli.errors import ConfigError, InputError, option
 from seqpack_cli.prepare.config import PrepareConfig
+from seqpack_cli.prepare.input_batches import input_kind, line_of_row, read_batches
 from seqpack_cli.prepare.one_pass import OnePass, write_error
 from seqpack_cli.prepare.ordered import ordered_parallel
 from seqpack_cli.prepare.pools.offsets import num_workers
@@ -32,6 +32,7 @@ from seqpack_cli.prepare.token_stream import StreamSpec, TokenBatch
 from seqpack_cli.prepare.tokenize_options import TokenizeOptions
 from seqpack_cli.prepared import PreparedWriter
 from seqpack_cli.progress import ProgressCallback
+from seqpack_cli.tokenize.rows import TokenizeError
 
 __all__ = ["read_tokenized"]
 
@@ -108,9 +109,10 @@ class Tokenizing:
         ids = batch.column(self.id_column)
         if ids.null_count:
             row = first_row + int(np.flatnonzero(ids.is_null().to_numpy(zero_copy_only=False))[0])
-            raise InputError(
-                f"row {row}: id column {self.id_column!r} ({option('id_column')}) is NULL; every "
-                "sequence needs an id: fill it, or leave the id column out for row-index ids"
+            raise TokenizeError(
+                row,
+                f"id column {self.id_column!r} ({option('id_column')}) is NULL; every "
+                "sequence needs an id: fill it, or leave the id column out for row-index ids",
             )
         values = ids.to_numpy(zero_copy_only=False)
         if values.dtype == np.uint64 and values.size and int(values.max()) > np.iinfo(np.int64).max:
@@ -129,18 +131,28 @@ class Tokenizing:
         return dtypes
 
 
+def _located(file: TokenInput, error: InputError) -> InputError:
+    """`error` (about a row of `file`) with the file named, and in a JSON Lines file the line."""
+    text = error.args[0]  # its raw text: the options marked, for the CLI to spell
+    if isinstance(error, TokenizeError) and input_kind(file.path) == "jsonl":
+        line = line_of_row(file.path, error.row)
+        text = f"line {line} (row {error.row}): {error.problem}" if line else text
+    if str(file.path) in text:
+        return InputError(text)
+    return InputError(f"{file.path}: {text}")
+
+
 def _file_batches(
     file: TokenInput, tokenizing: Tokenizing, columns: list[str]
 ) -> Iterator[TokenBatch]:
     """One file's rows tokenized, batch by batch, in row order; the file named in an error."""
     first_row = 0
     try:
-        with pq.ParquetFile(file.path) as parquet:
-            for batch in parquet.iter_batches(batch_size=_BATCH_ROWS, columns=columns):
-                yield tokenizing.encode(batch, first_row)
-                first_row += batch.num_rows
-    except InputError as error:  # its raw text: the options marked, for the CLI to spell
-        raise InputError(f"{file.path}: {error.args[0]}") from None
+        for batch in read_batches(file.path, columns, batch_rows=_BATCH_ROWS):
+            yield tokenizing.encode(batch, first_row)
+            first_row += batch.num_rows
+    except InputError as error:
+        raise _located(file, error) from None
     except (OSError, pa.ArrowException) as error:
         raise InputError(
             f"cannot read {file.path} ({str(error).splitlines()[0]}); check the file"
