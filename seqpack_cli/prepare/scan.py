@@ -1,4 +1,4 @@
-"""Parquet inputs -> length histogram: the first of prepare's two passes.
+"""Inputs (parquet, JSON Lines) -> length histogram: the first of prepare's two passes.
 
 The first pass (DESIGN.md decision 6): `length_histogram` is one cheap GROUP BY over the length
 column, and bad lengths (NULL, <= 0) are refused here, before any heavy work. The second pass,
@@ -13,7 +13,9 @@ Inputs are resolved by `prepare.inputs` (`resolve_inputs`: files, globs, directo
 left out or counted twice without a word) and their footers checked by `prepare.footers`
 (`inspect_inputs`: row counts, schema, column types, names DuckDB could confuse) before DuckDB
 reads a row. The DuckDB side (connection, settings, SQL, error wording, how paths and columns are
-bound) is in `prepare.db`. Their names are imported from those modules, not from here.
+bound; a JSON Lines input read through its parquet copy, `prepare.jsonl_staging`) is in
+`prepare.db`. Their names are imported from those modules, not from here. An error's location
+names the file and the row, and for JSON Lines the line (`location`).
 """
 
 from __future__ import annotations
@@ -176,7 +178,8 @@ def scan_length_histogram(
     temp_dir: str | os.PathLike[str] | None = None,
     progress: ProgressCallback | None = None,
 ) -> dict[int, int]:
-    """The length histogram `{length: count}` of parquet files (see `resolve_inputs`).
+    """The length histogram `{length: count}` of parquet and JSON Lines files (see
+    `resolve_inputs`).
 
     Validates the column (exists in every file, integers or lists of integers, no NULL / <= 0
     values, no NULL or empty lists): an `InputError` names the file, the column, the count and
