@@ -254,3 +254,10 @@ def test_the_dask_driver_fingerprints_a_jsonl_file_by_its_head_and_tail(tmp_path
         )
     path.write_bytes(data)
     assert difference(fingerprint(path), driver) is None
+
+
+def test_a_byte_order_mark_and_windows_line_ends_are_read(tmp_path: Path) -> None:
+    path = tmp_path / "a.jsonl"
+    path.write_bytes(b'\xef\xbb\xbf{"n": 3}\r\n{"n": 4, "text": "caf\xc3\xa9"}\r\n\r\n')
+    assert describe_input(path).num_rows == 2
+    assert load_prepared(_prepare([path], tmp_path / "out")).counts == {3: 1, 4: 1}
