@@ -10,7 +10,8 @@ parsed (the other keys are ignored, whatever they hold).
 - `read_batches`: a file's columns as Arrow record batches (the tokenizer's feed: strings,
   lists of `{role, content}` structs, integers);
 - `describe_input`: its kind, byte size, row count (for JSON Lines, from a streaming pass that
-  parses no column) and schema (for JSON Lines, inferred from its first block);
+  parses no column) and schema (for JSON Lines, `jsonl_schema`: each key typed on its own from
+  the first lines, so a key of mixed types troubles no other column);
 - `jsonl_fault`: where a JSON Lines file first goes wrong (a malformed line, a line that is not
   an object, a value of the wrong type), as a 1-based line number; run only to word an error,
   since pyarrow's own messages count rows inside a block, not lines;
@@ -152,7 +153,7 @@ def _count_jsonl_rows(path: Path) -> int:
 @dataclass(frozen=True)
 class InputDescription:
     """One input file: its kind, size in bytes, rows, and columns (for JSON Lines, as its first
-    block types them)."""
+    lines type them: `jsonl_schema`)."""
 
     path: Path
     kind: InputKind
@@ -260,7 +261,8 @@ def read_batches(
     Args:
         path: one input file, parquet or JSON Lines (`input_kind` tells them apart).
         columns: the columns to read, in this order (for JSON Lines, keys of the objects, typed
-            as the file's first block types them; a key missing from a line reads as null).
+            as the file's first lines type them, `jsonl_schema`; a key missing from a line
+            reads as null).
         batch_rows: rows per batch, at least 1.
 
     Yields:
@@ -268,7 +270,7 @@ def read_batches(
 
     Raises:
         InputError: a missing column, a file not readable as its kind, or (JSON Lines) a
-            malformed line or a value whose type differs from the first block's, by line number.
+            malformed line or a value whose type differs from the first lines', by line number.
     """
     if batch_rows < 1:
         raise ValueError(f"batch_rows is {batch_rows}; expected at least 1")
