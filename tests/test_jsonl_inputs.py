@@ -261,3 +261,30 @@ def test_a_byte_order_mark_and_windows_line_ends_are_read(tmp_path: Path) -> Non
     path.write_bytes(b'\xef\xbb\xbf{"n": 3}\r\n{"n": 4, "text": "caf\xc3\xa9"}\r\n\r\n')
     assert describe_input(path).num_rows == 2
     assert load_prepared(_prepare([path], tmp_path / "out")).counts == {3: 1, 4: 1}
+
+
+def test_read_batches_holds_a_few_blocks_of_a_jsonl_file_not_the_file(tmp_path: Path) -> None:
+    # 48 MB of JSON Lines, 45 MB of it text: read in 4 MiB blocks and 1,000-row batches, Arrow's
+    # memory peaks at a few blocks (18 MiB measured); a whole read holds the strings at once
+    # (pyarrow.json.read_json of the text column: 53 MiB).
+    import subprocess
+    import sys
+
+    line = json.dumps({"n": 7, "text": "y" * 150}) + "\n"
+    path = tmp_path / "big.jsonl"
+    path.write_text(line * 300_000, encoding="utf-8")
+    assert path.stat().st_size > 45 * 2**20
+    script = (
+        "import sys, pyarrow as pa; from pathlib import Path; "
+        "pa.set_cpu_count(2); pa.set_io_thread_count(2); "  # blocks parsed at once: as here
+        "from seqpack_cli.prepare.input_batches import read_batches; "
+        "batches = read_batches(Path(sys.argv[1]), ['text'], batch_rows=1000); "
+        "n = sum(len(b.column(0)) for b in batches); "
+        "print(n, pa.default_memory_pool().max_memory())"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", script, str(path)], capture_output=True, text=True, check=True
+    )
+    num_rows, peak = map(int, done.stdout.split())
+    assert num_rows == 300_000
+    assert peak < 32 * 2**20, f"Arrow held {peak / 2**20:.1f} MiB"
