@@ -1,0 +1,124 @@
+"""What went wrong with a remote input, as one line that names the URL and the fix.
+
+pyarrow reports S3 and GCS failures as `OSError`s whose text carries the SDK's error name
+(`NO_SUCH_BUCKET`, `ACCESS_DENIED`, `NETWORK_CONNECTION`...); fsspec and huggingface_hub raise
+their own classes. `describe_failure` sorts any of them into the kinds a user acts on
+differently: no such bucket, no such object, access denied (naming the credential source
+tried), endpoint unreachable (naming the timeout and attempts) and anything else (the
+library's own words, on one line).
+"""
+
+from __future__ import annotations
+
+from seqpack_cli.errors import InputError, option
+from seqpack_cli.remote.options import Settings, credential_source
+
+__all__ = ["NOT_FOUND", "classify", "describe_failure", "no_such_object", "remote_error"]
+
+NOT_FOUND = "not_found"
+
+_KINDS: dict[str, tuple[str, ...]] = {
+    "no_bucket": ("NO_SUCH_BUCKET", "NoSuchBucket", "The specified bucket does not exist"),
+    "denied": (
+        "ACCESS_DENIED",
+        "INVALID_ACCESS_KEY_ID",
+        "SIGNATURE_DOES_NOT_MATCH",
+        "HTTP status 403",
+        "HTTP status 401",
+        "PermissionDenied",
+        "Forbidden",
+        "Unauthorized",
+        "GatedRepoError",
+        "401 Client Error",
+        "403 Client Error",
+    ),
+    "unreachable": (
+        "NETWORK_CONNECTION",
+        "Could not connect",
+        "Could not resolve",
+        "Connection refused",
+        "Cannot connect to host",
+        "ConnectError",
+        "ConnectTimeout",
+        "Name or service not known",
+        "timed out",
+        "Timeout",
+        "UNAVAILABLE",
+    ),
+    NOT_FOUND: (
+        "NO_SUCH_KEY",
+        "NoSuchKey",
+        "Path does not exist",
+        "FileNotFoundError",
+        "RepositoryNotFoundError",
+        "RevisionNotFoundError",
+        "EntryNotFoundError",
+        "HTTP status 404",
+        "404",
+    ),
+}
+
+
+def classify(error: BaseException) -> str:
+    """The kind of a failure: `no_bucket`, `denied`, `unreachable`, `not_found` or `other`.
+
+    Args:
+        error: what a filesystem call raised.
+
+    Returns:
+        The first kind whose markers appear in the error's class names or text.
+    """
+    names = " ".join(cls.__name__ for cls in type(error).__mro__)
+    text = f"{names} {error}"
+    if isinstance(error, FileNotFoundError):
+        return NOT_FOUND
+    for kind, markers in _KINDS.items():
+        if any(marker in text for marker in markers):
+            return kind
+    return "other"
+
+
+def describe_failure(url: str, error: BaseException, settings: Settings) -> str:
+    """One line for a failed request on `url`: what happened and what to do.
+
+    Args:
+        url: the input URL the request was for.
+        error: what the filesystem raised.
+        settings: the storage settings in force (for the credential source and the timeout).
+
+    Returns:
+        The message (no trailing newline, never several lines).
+    """
+    kind = classify(error)
+    if kind == "no_bucket":
+        return (
+            f"{url}: no such bucket; check the bucket name (and the endpoint: "
+            f"{settings.endpoint_url or 'the provider default'})"
+        )
+    if kind == "denied":
+        return (
+            f"{url}: access denied with {credential_source(settings)}; give credentials that "
+            f"may read it (environment variables, a profile, {option('storage_option')}), or "
+            "anonymous=true for public data"
+        )
+    if kind == "unreachable":
+        endpoint = settings.endpoint_url or f"the {settings.scheme} service"
+        return (
+            f"{url}: cannot reach {endpoint} (connect timeout {settings.connect_timeout_s:g} s, "
+            f"{settings.max_attempts} attempt(s)); check the network and the endpoint, or raise "
+            f"{option('storage_option')} connect_timeout=SECONDS"
+        )
+    if kind == NOT_FOUND:
+        return no_such_object(url)
+    detail = " ".join(str(error).split()) or type(error).__name__
+    return f"{url}: {detail}"
+
+
+def no_such_object(url: str) -> str:
+    """The line for an object (or prefix) that is not there."""
+    return f"{url}: no such object or prefix; check the key (listings are case-sensitive)"
+
+
+def remote_error(url: str, error: BaseException, settings: Settings) -> InputError:
+    """`describe_failure` as the `InputError` to raise (`raise remote_error(...) from None`)."""
+    return InputError(describe_failure(url, error, settings))
