@@ -114,7 +114,8 @@ def prepare(
         list[str],
         typer.Argument(
             metavar="INPUT...",
-            help="Parquet files, globs (quote them: 'data/**/*.parquet') or directories.",
+            help="Parquet or JSON Lines files (.jsonl, .jsonl.gz, .json), globs (quote them: "
+            "'data/**/*.parquet') or directories.",
             show_default=False,
         ),
     ],

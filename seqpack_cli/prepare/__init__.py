@@ -1,4 +1,5 @@
-"""The batch job behind `seqpack prepare`: parquet files -> a `prepared/` directory.
+"""The batch job behind `seqpack prepare`: parquet or JSON Lines files, or in-memory tables ->
+a `prepared/` directory.
 
 - `job`: `prepare_dataset` (footers, length histogram, packing, the pools pass, the atomic
   write); `config`: `PrepareConfig`, every option validated once;
@@ -8,7 +9,8 @@
   `input_batches`: one input of either kind read in batches, its kind and row count;
   `jsonl_staging`: a JSON Lines input's columns copied to parquet for DuckDB; `footers`: the
   inputs' footers read and checked before DuckDB reads a row; `db`: DuckDB connections, the SQL
-  of `sql/`, DuckDB's errors worded;
+  of `sql/`, DuckDB's errors worded; `memory_inputs`: in-memory tables (pyarrow, Polars,
+  datasets) written as parquet into the job's work directory, then read as files;
 - `scan`: the first pass, the length histogram; `pools` (subpackage): the second pass, the
   `pools/{length}.npy` files;
 - the token store (`--tokens-column`): `one_pass` reads the token column once

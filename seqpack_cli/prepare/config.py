@@ -14,6 +14,7 @@ from seqpack_cli.errors import ConfigError, option
 from seqpack_cli.interrupts import signals_held
 from seqpack_cli.over_cap import OVER_CAP, OverCap, check_over_cap, over_cap_option
 from seqpack_cli.prepare.engines.dask.tuning import ClusterTuning
+from seqpack_cli.prepare.memory_inputs import check_inputs, is_table
 from seqpack_cli.prepare.pools.tuning import PoolTuning
 from seqpack_cli.prepare.tokenize_options import MASK_COLUMN, TOKENS_COLUMN, TokenizeOptions
 from seqpack_cli.prepared.multiples import check_length_multiple
@@ -58,8 +59,10 @@ class PrepareConfig:
     fields are normalised on the way (noted below), so read them back from the instance.
 
     Args:
-        inputs: parquet files, globs or directories (`seqpack prepare INPUT...`); one path is
-            taken as a list of one. Stored as a tuple of strings; none at all is refused.
+        inputs: parquet or JSON Lines files, globs or directories (`seqpack prepare
+            INPUT...`), or in-memory tables (a pyarrow Table or dataset, a Polars DataFrame or
+            LazyFrame, a datasets.Dataset: `memory_inputs`), not both; one path or table is
+            taken as a list of one. Stored as a tuple (paths as strings); none is refused.
         length_column: the column holding each sequence's length in tokens, or its token ids (a
             list column: the length is its number of elements) (`--length-column`). With
             `tokenize` the lengths are the token counts: None or "input_ids" (stored).
@@ -117,7 +120,7 @@ class PrepareConfig:
         ConfigError: a field breaks its rule above.
     """
 
-    inputs: Sequence[str | os.PathLike[str]]
+    inputs: Sequence[str | os.PathLike[str] | Any]  # Any: an in-memory table
     length_column: str  # None is taken with `tokenize` (see above)
     max_seq_len: int
     output: str | os.PathLike[str]
@@ -146,9 +149,11 @@ class PrepareConfig:
             from seqpack_cli.prepare.db import check_memory_limit, check_temp_dir
 
         inputs = self.inputs
-        if isinstance(inputs, (str, os.PathLike)):
+        if isinstance(inputs, (str, os.PathLike)) or is_table(inputs):
             inputs = [inputs]
-        inputs = tuple(os.fspath(item) for item in inputs)
+        inputs = tuple(inputs)
+        check_inputs(inputs)
+        inputs = tuple(item if is_table(item) else os.fspath(item) for item in inputs)
         if not inputs:
             raise ConfigError("no inputs given; pass parquet files, globs or directories")
         object.__setattr__(self, "inputs", inputs)
@@ -191,6 +196,16 @@ class PrepareConfig:
     def over_cap_rule(self) -> OverCap:
         """`over_cap` at `max_seq_len` as the `OverCap` every pass asks."""
         return OverCap(str(self.over_cap), self.max_seq_len)
+
+    @property
+    def input_columns(self) -> list[str]:
+        """The input columns the job reads: the length column (or the tokenizer's text
+        columns), the id column and the token store's, each once."""
+        if self.tokenize is not None:
+            named = [*self.tokenize.columns, self.id_column]
+        else:
+            named = [self.length_column, self.id_column, *self.store_columns.values()]
+        return list(dict.fromkeys(name for name in named if name is not None))
 
     @property
     def store_columns(self) -> dict[str, str]:

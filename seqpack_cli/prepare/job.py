@@ -11,7 +11,9 @@ writes it too (the local one in the same read of the token column as the lengths
 
 from __future__ import annotations
 
+import json
 import logging
+import os
 import time
 from collections import Counter
 from collections.abc import Mapping, Sequence
@@ -43,7 +45,7 @@ from seqpack_cli.progress import ProgressCallback
 
 if TYPE_CHECKING:
     from seqpack_cli.packing.efficiency import PackingStats
-    from seqpack_cli.prepare.engines import StoreSection
+    from seqpack_cli.prepare.engines import Engine, StoreSection
     from seqpack_cli.prepare.footers import InputFile
     from seqpack_cli.token_sources import FlatTokenSource
 
@@ -183,6 +185,22 @@ def _count_targets(
             writer.record_file(f"{role}/{INFO_NAME}")  # now describing the file
 
 
+def _name_tables(writer: PreparedWriter, store: StoreSection, staged: Mapping[Path, str]) -> None:
+    """Each role's token_source.json lists an in-memory table by its name, not by the path of
+    its copy in the work directory (rewritten, renamed over, recorded again)."""
+    from seqpack_cli.token_sources import INFO_NAME
+
+    for role in store:
+        path = writer.tmp_path / role / INFO_NAME
+        info = json.loads(path.read_text("utf-8"))
+        for entry in info["inputs"]["files"]:
+            entry["path"] = staged.get(Path(entry["path"]), entry["path"])
+        renamed = path.with_name(f".{INFO_NAME}.tmp")
+        renamed.write_text(json.dumps(info, indent=1) + "\n", "utf-8")
+        os.replace(renamed, path)
+        writer.record_file(f"{role}/{INFO_NAME}")
+
+
 def _opened(store: StoreSection, root: Path) -> dict[str, FlatTokenSource]:
     """The store's sources in `root` (memory-mapped), as `load_prepared` opens them."""
     from seqpack_cli.token_sources import FlatTokenSource
@@ -235,12 +253,16 @@ def prepare_dataset(config: PrepareConfig, *, progress: ProgressCallback | None 
     """
     from seqpack_cli.prepare.engines import open_engine
     from seqpack_cli.prepare.inputs import check_outside, resolve_inputs
+    from seqpack_cli.prepare.memory_inputs import is_table
 
     started = time.perf_counter()
     output = Path(config.output)
-    check_outside(output, config.inputs)
-    paths = resolve_inputs(config.inputs, exclude=[output])
-    check_outside(output, paths)
+    tables = [item for item in config.inputs if is_table(item)]
+    paths: list[Path] = []
+    if not tables:
+        check_outside(output, config.inputs)
+        paths = resolve_inputs(config.inputs, exclude=[output])
+        check_outside(output, paths)
     recover_siblings(output)  # killed runs' leftovers: an old copy put back, temporaries removed
     check_output(output, overwrite=config.overwrite)
     tokenizer = _tokenizer_section(config)  # a bad tokenizer stops the job before any read
@@ -251,57 +273,97 @@ def prepare_dataset(config: PrepareConfig, *, progress: ProgressCallback | None 
         PreparedWriter(output, overwrite=config.overwrite) as writer,
         open_engine(config, progress=progress) as engine,
     ):
-        files = engine.inspect(paths)
-        if not sum(file.num_rows for file in files):
-            raise InputError(
-                f"the {len(files)} input file(s) hold no rows (e.g. {files[0].path}); point "
-                "prepare at the dataset's data files"
-            )
-        logger.info("%d input files, %d rows", len(files), sum(file.num_rows for file in files))
-        histogram = engine.histogram(files, writer)
-        logger.info(
-            "histogram: %d distinct lengths (%.2fs)", len(histogram), time.perf_counter() - started
-        )
-        kept, over_cap = _apply_over_cap(histogram, config)
-        templates, stats = _plan(kept, config, started)
-        scanned = engine.pools(files, kept, writer)
-        logger.info("pools written (%.2fs)", time.perf_counter() - started)
-        store = engine.store(writer)
-        _count_targets(writer, store, config, progress)
-        writer.write_bytes(COUNTS_NAME, counts_to_json(kept))
-        writer.write_bytes(TEMPLATES_NAME, templates_to_json(templates))
-        id_range = (scanned.id_min, scanned.id_max)
-        manifest = _manifest(config, files, kept, templates, stats, over_cap, id_range)
-        manifest["engine"] = engine.describe()
-        if tokenizer is not None:
-            manifest[TOKENIZER_KEY] = tokenizer
-        if store:
-            manifest[TOKEN_STORE_KEY] = store
-        sources = _opened(store, writer.tmp_path)  # mapped now: no race with a later run
-        writer.commit(manifest)
-        for role, source in sources.items():
-            source.path = output / role
-        # What was written, from memory: reading the output again would race with the next run
-        # replacing it.
-        counts = {int(length): int(kept[length]) for length in sorted(kept)}
-        written: Counter[tuple[int, ...]] = Counter()
-        for template, multiplicity in templates.items():
-            written[tuple(int(x) for x in template)] += int(multiplicity)
-        pools: Mapping[int, Any] = PoolMap(output, counts)
-        if config.length_multiple:  # keyed by slot length, as load_prepared gives them
-            pools = SlotPools(pools, counts, config.max_seq_len, config.length_multiple, False)
-        prepared = Prepared(
-            output,
-            writer.manifest,
-            counts,
-            written,
-            pools,
-            tokens=sources.get("tokens"),
-            labels=sources.get("labels"),
-            loss_mask=sources.get("loss_mask"),
-        )
+        staged = _stage(tables, config, writer)
+        paths = paths or list(staged)
+        try:
+            prepared = _run(config, engine, writer, paths, staged, tokenizer, started, progress)
+        except InputError as error:
+            if not staged:
+                raise
+            from seqpack_cli.prepare.memory_inputs import named
+
+            raise named(error, staged) from None
     logger.info("wrote %s in %.2fs", output, time.perf_counter() - started)
     return prepared
+
+
+def _stage(
+    tables: Sequence[object], config: PrepareConfig, writer: PreparedWriter
+) -> dict[Path, str]:
+    """In-memory inputs written as parquet into the work directory (`memory_inputs`): each
+    copy's path and its table's name (empty without tables)."""
+    if not tables:
+        return {}
+    from seqpack_cli.prepare.memory_inputs import stage_tables
+
+    return stage_tables(tables, config.input_columns, writer.work_dir / "inputs")
+
+
+def _run(
+    config: PrepareConfig,
+    engine: Engine,
+    writer: PreparedWriter,
+    paths: Sequence[Path],
+    staged: Mapping[Path, str],
+    tokenizer: dict[str, object] | None,
+    started: float,
+    progress: ProgressCallback | None,
+) -> Prepared:
+    """The passes in `engine`, the packing and the commit (see `prepare_dataset`)."""
+    output = writer.output
+    files = engine.inspect(paths)
+    if not sum(file.num_rows for file in files):
+        raise InputError(
+            f"the {len(files)} input file(s) hold no rows (e.g. {files[0].path}); point "
+            "prepare at the dataset's data files"
+        )
+    logger.info("%d input files, %d rows", len(files), sum(file.num_rows for file in files))
+    histogram = engine.histogram(files, writer)
+    logger.info(
+        "histogram: %d distinct lengths (%.2fs)", len(histogram), time.perf_counter() - started
+    )
+    kept, over_cap = _apply_over_cap(histogram, config)
+    templates, stats = _plan(kept, config, started)
+    scanned = engine.pools(files, kept, writer)
+    logger.info("pools written (%.2fs)", time.perf_counter() - started)
+    store = engine.store(writer)
+    _count_targets(writer, store, config, progress)
+    if staged:
+        _name_tables(writer, store, staged)
+    writer.write_bytes(COUNTS_NAME, counts_to_json(kept))
+    writer.write_bytes(TEMPLATES_NAME, templates_to_json(templates))
+    id_range = (scanned.id_min, scanned.id_max)
+    manifest = _manifest(config, files, kept, templates, stats, over_cap, id_range)
+    for entry in manifest["inputs"]["files"]:  # an in-memory table by its name
+        entry["path"] = staged.get(Path(entry["path"]), entry["path"])
+    manifest["engine"] = engine.describe()
+    if tokenizer is not None:
+        manifest[TOKENIZER_KEY] = tokenizer
+    if store:
+        manifest[TOKEN_STORE_KEY] = store
+    sources = _opened(store, writer.tmp_path)  # mapped now: no race with a later run
+    writer.commit(manifest)
+    for role, source in sources.items():
+        source.path = output / role
+    # What was written, from memory: reading the output again would race with the next run
+    # replacing it.
+    counts = {int(length): int(kept[length]) for length in sorted(kept)}
+    written: Counter[tuple[int, ...]] = Counter()
+    for template, multiplicity in templates.items():
+        written[tuple(int(x) for x in template)] += int(multiplicity)
+    pools: Mapping[int, Any] = PoolMap(output, counts)
+    if config.length_multiple:  # keyed by slot length, as load_prepared gives them
+        pools = SlotPools(pools, counts, config.max_seq_len, config.length_multiple, False)
+    return Prepared(
+        output,
+        writer.manifest,
+        counts,
+        written,
+        pools,
+        tokens=sources.get("tokens"),
+        labels=sources.get("labels"),
+        loss_mask=sources.get("loss_mask"),
+    )
 
 
 def prepare_summary(prepared: Prepared, *, seconds: float) -> dict[str, Any]:
