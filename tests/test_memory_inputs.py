@@ -183,3 +183,33 @@ def test_mixed_or_unknown_inputs_are_refused(tmp_path: Path) -> None:
         _prepare([tmp_path, pa.table({"n": [1]})], tmp_path / "o")
     with pytest.raises(ConfigError, match=r"inputs\[0\] is a builtins.dict"):
         _prepare([{"n": [1]}], tmp_path / "o")
+
+
+@pytest.mark.parametrize("kind", ["table", "polars", "lazy"])
+def test_write_token_source_takes_a_table(tmp_path: Path, kind: str) -> None:
+    from seqpack_cli.prepare.token_files import write_token_source
+
+    lengths = [int(n) for n in np.random.default_rng(4).integers(1, 40, size=150)]
+    table = _rows(lengths)
+    pq.write_table(table, tmp_path / "rows.parquet")
+    expected = write_token_source(tmp_path / "rows.parquet", "input_ids", output=tmp_path / "a",
+                                  id_column="doc")  # fmt: skip
+    got = write_token_source(_as(kind, table, tmp_path), "input_ids", output=tmp_path / "b",
+                             id_column="doc")  # fmt: skip
+    for name in ("tokens.npy", "offsets.npy", "ids.npy", "rows.npy"):
+        assert (tmp_path / "a" / name).read_bytes() == (tmp_path / "b" / name).read_bytes()
+    assert len(got) == len(expected) == 150
+    info = (tmp_path / "b" / "token_source.json").read_text()
+    assert f"<memory:0 {_kind_name(kind)}>" in info and ".tables" not in info
+    assert sorted(p.name for p in (tmp_path / "b").iterdir()) == sorted(
+        p.name for p in (tmp_path / "a").iterdir()
+    )
+
+
+def test_write_token_source_names_the_table_in_an_error(tmp_path: Path) -> None:
+    from seqpack_cli.prepare.token_files import write_token_source
+
+    table = pa.table({"input_ids": [[1, 2], None, [3]]})
+    with pytest.raises(InputError, match=r"<memory:0 pyarrow.Table>"):
+        write_token_source(table, "input_ids", output=tmp_path / "o")
+    assert not list(tmp_path.iterdir())

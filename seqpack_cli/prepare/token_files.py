@@ -27,6 +27,7 @@ import numpy as np
 from seqpack_cli import __version__
 from seqpack_cli.errors import ConfigError, InputError, option
 from seqpack_cli.prepare.inputs import resolve_inputs
+from seqpack_cli.prepare.memory_inputs import check_inputs, is_table, named, stage_tables
 from seqpack_cli.prepare.num_targets import write_num_targets
 from seqpack_cli.prepare.token_reading import (
     IDS_BY_ROW_NAME,
@@ -326,8 +327,31 @@ def source_info(
     }
 
 
+_TABLES = ".tables"
+"""Where `write_token_source` writes in-memory tables, inside its temporary directory."""
+
+
+def _tables(inputs: Any) -> list[Any]:
+    """The in-memory tables among `inputs` (all of them, or none: `memory_inputs`)."""
+    if isinstance(inputs, (str, os.PathLike)):
+        return []
+    items = [inputs] if is_table(inputs) else list(inputs)
+    check_inputs(items)
+    return [item for item in items if is_table(item)]
+
+
+def _named_errors(staged: dict[Path, str], call: Callable[..., Any], *args: Any) -> Any:
+    """`call(*args)`, its `InputError` naming tables rather than their copies."""
+    try:
+        return call(*args)
+    except InputError as error:
+        if not staged:
+            raise
+        raise named(error, staged) from None
+
+
 def write_token_source(
-    inputs: Sequence[str | os.PathLike[str]] | str | os.PathLike[str],
+    inputs: Sequence[str | os.PathLike[str] | Any] | str | os.PathLike[str] | Any,
     column: str,
     *,
     output: str | os.PathLike[str],
@@ -342,7 +366,9 @@ def write_token_source(
 
     Args:
         inputs: parquet files, globs or directories, resolved as `seqpack prepare` does (sorted
-            by path): pass the same inputs as to prepare.
+            by path), or in-memory tables as `PrepareConfig.inputs` takes them (written once
+            into the temporary directory, named `<memory:N TYPE>`): pass the same inputs as to
+            prepare.
         column: a list / large_list / fixed_size_list column of integer token ids.
         output: the directory to create: `tokens.npy`, `offsets.npy` (int64), with an id column
             `ids.npy` and `rows.npy`, and `token_source.json`.
@@ -388,15 +414,15 @@ def write_token_source(
         prepared = load_prepared(prepared)
     if prepared is not None:
         _check_ids_from(prepared, id_column, output)  # before any work
-    paths = resolve_inputs(inputs, exclude=[output])
-    files = inspect_token_inputs(paths, column, id_column, rule)
+    tables = _tables(inputs)
+    files = []
+    if not tables:
+        paths = resolve_inputs(inputs, exclude=[output])
+        files = inspect_token_inputs(paths, column, id_column, rule)
     recover_siblings(output)  # what killed runs left beside it
     _check_output(output, overwrite=overwrite)
-    if chosen is None and role == "labels":
-        chosen = choose_signed_dtype(files, column)
-    elif chosen is None:
-        chosen = np.dtype("u1") if role == "loss_mask" else choose_dtype(files, column)
     staging = Staging(output)
+    staged: dict[Path, str] = {}
     try:
         try:
             staging.create()
@@ -405,8 +431,25 @@ def write_token_source(
                 f"cannot create output directory {output}: {error.strerror or error}; choose "
                 f"a writable {option('output')}"
             ) from None
-        num_tokens = stream_token_lists(staging.path, files, column, id_column, chosen, rule)
+        if tables:  # written into the temporary directory, removed before it is put in place
+            columns = [column, *([id_column] if id_column else [])]
+            staged = stage_tables(tables, columns, staging.path / _TABLES)
+            files = _named_errors(
+                staged, inspect_token_inputs, list(staged), column, id_column, rule
+            )
+        if chosen is None and role == "labels":
+            chosen = _named_errors(staged, choose_signed_dtype, files, column)
+        elif chosen is None and role == "loss_mask":
+            chosen = np.dtype("u1")
+        elif chosen is None:
+            chosen = _named_errors(staged, choose_dtype, files, column)
+        num_tokens = _named_errors(
+            staged, stream_token_lists, staging.path, files, column, id_column, chosen, rule
+        )
+        remove_tree(staging.path / _TABLES)
         info = source_info(column, id_column, chosen, files, num_tokens)
+        for entry in info["inputs"]["files"]:  # an in-memory table by its name
+            entry["path"] = staged.get(Path(entry["path"]), entry["path"])
         if id_column is not None:
             write_id_index(staging.path, id_column, row_locator(info["inputs"]["files"]))
         (staging.path / INFO_NAME).write_text(json.dumps(info, indent=1) + "\n", "utf-8")
