@@ -21,6 +21,7 @@ import datetime
 import functools
 import logging
 import os
+import re
 from collections.abc import Mapping
 from typing import Any
 
@@ -77,11 +78,22 @@ def filesystem_for(parsed: RemoteURL, settings: Settings) -> arrow_fs.FileSystem
     """The (cached) filesystem for a parsed URL and its checked settings."""
     # Only s3 builds a filesystem per bucket (its region may differ); the others share one.
     bucket = parsed.root if parsed.scheme == "s3" else ""
-    return _cached(parsed.scheme, bucket, settings)
+    return _cached(parsed.scheme, bucket, settings, _environment_key())
+
+
+_ENVIRONMENT = re.compile(r"^(AWS_|GOOGLE_|HF_|HUGGING_FACE_)")
+
+
+def _environment_key() -> tuple[tuple[str, str], ...]:
+    """The environment variables a filesystem reads when built: part of the cache key, so a
+    change of credentials or profile builds a new filesystem instead of reusing the old one."""
+    return tuple(sorted((k, v) for k, v in os.environ.items() if _ENVIRONMENT.match(k)))
 
 
 @functools.lru_cache(maxsize=64)
-def _cached(scheme: str, bucket: str, settings: Settings) -> arrow_fs.FileSystem:
+def _cached(
+    scheme: str, bucket: str, settings: Settings, environment: tuple[tuple[str, str], ...]
+) -> arrow_fs.FileSystem:
     if scheme == "s3":
         return _s3(bucket, settings)
     if scheme == "gs":
