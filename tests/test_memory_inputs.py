@@ -213,3 +213,27 @@ def test_write_token_source_names_the_table_in_an_error(tmp_path: Path) -> None:
     with pytest.raises(InputError, match=r"<memory:0 pyarrow.Table>"):
         write_token_source(table, "input_ids", output=tmp_path / "o")
     assert not list(tmp_path.iterdir())
+
+
+@pytest.mark.parametrize("store", [False, True], ids=["pools", "store"])
+def test_the_dask_engine_reads_the_tables_copies(
+    dask_cluster: Any, tmp_path: Path, store: bool
+) -> None:
+    """The copies lie in the output's work directory, which the workers see as they see the
+    output: the cluster's bytes are the local engine's on the same rows as parquet."""
+    pytest.importorskip("distributed")
+    from seqpack_cli.prepare.engines.dask.tuning import ClusterTuning
+
+    lengths = [int(n) for n in np.random.default_rng(5).integers(1, 90, size=400)]
+    table = _rows(lengths)
+    pq.write_table(table, tmp_path / "rows.parquet")
+    options: dict[str, Any] = {"length_column": "n", "max_seq_len": 64, "id_column": "doc"}
+    options["over_cap"] = "truncate" if store else "drop"
+    if store:
+        options["tokens_column"] = "input_ids"
+    prepare_dataset(PrepareConfig([tmp_path / "rows.parquet"], output=tmp_path / "a", **options))
+    small = ClusterTuning(group_rows=100, footer_files=1)
+    prepare_dataset(PrepareConfig([polars.from_arrow(table)], output=tmp_path / "b",
+                                  engine="dask", scheduler=dask_cluster.scheduler_address,
+                                  cluster_tuning=small, **options))  # fmt: skip
+    assert _files(tmp_path / "a") == _files(tmp_path / "b")
