@@ -304,6 +304,12 @@ class RangeServer(http.server.ThreadingHTTPServer):
         with self._lock:
             self.bytes_served += num_bytes
 
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        # A client that closes a connection early (a reader that stops after what it needs)
+        # is not an error of the server; anything else is still printed.
+        if not isinstance(sys.exc_info()[1], (BrokenPipeError, ConnectionResetError)):
+            super().handle_error(request, client_address)
+
     def count_request(self) -> None:
         with self._lock:
             self.requests += 1

@@ -68,6 +68,13 @@ def classify(error: BaseException) -> str:
     Returns:
         The first kind whose markers appear in the error's class names or text.
     """
+    # fsspec's HTTP info() turns any failure, a refused connection too, into a
+    # FileNotFoundError raised from it: the cause says what happened.
+    cause = error.__cause__ or error.__context__
+    if isinstance(error, FileNotFoundError) and cause is not None:
+        kind = classify(cause)
+        if kind != "other":
+            return kind
     names = " ".join(cls.__name__ for cls in type(error).__mro__)
     text = f"{names} {error}"
     if isinstance(error, FileNotFoundError):

@@ -25,6 +25,7 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
+import pyarrow as pa
 from pyarrow import fs as arrow_fs
 
 from seqpack_cli.errors import MissingDependencyError
@@ -165,6 +166,12 @@ def _gcs(settings: Settings) -> arrow_fs.FileSystem:
     return arrow_fs.GcsFileSystem(**kwargs)
 
 
+_HTTP_BLOCK_SIZE = 1 << 20
+"""Read-ahead of an HTTP file: each read fetches at least this much (fsspec's default, 5 MiB,
+fetched 37% of a 20 MB file for 2 of its 20 columns; 1 MiB keeps a column read near its size
+while a front-to-back read of JSON Lines still takes few requests)."""
+
+
 def _http(settings: Settings) -> Any:
     aiohttp = _optional("aiohttp", "https:// inputs")
     http = _optional("fsspec.implementations.http", "https:// inputs")
@@ -173,7 +180,10 @@ def _http(settings: Settings) -> Any:
     )
     # simple_links=False: never parse HTML pages for links (a file is named, never listed).
     return http.HTTPFileSystem(
-        client_kwargs={"timeout": timeout}, simple_links=False, skip_instance_cache=True
+        client_kwargs={"timeout": timeout},
+        simple_links=False,
+        skip_instance_cache=True,
+        block_size=_HTTP_BLOCK_SIZE,
     )
 
 
@@ -187,8 +197,17 @@ def _hf(settings: Settings) -> Any:
     return hub.HfFileSystem(**kwargs)
 
 
+class _FSSpecHandler(arrow_fs.FSSpecHandler):
+    """pyarrow's fsspec bridge, but opening a file without asking `isfile` first: over HTTP
+    that is a whole-file GET, dropped after its status line (the open's HEAD finds a missing
+    file anyway)."""
+
+    def open_input_file(self, path: str) -> pa.NativeFile:
+        return pa.PythonFile(self.fs.open(path, mode="rb"), mode="r")
+
+
 def _wrap(filesystem: Any) -> arrow_fs.FileSystem:
-    return arrow_fs.PyFileSystem(arrow_fs.FSSpecHandler(filesystem))
+    return arrow_fs.PyFileSystem(_FSSpecHandler(filesystem))
 
 
 def _optional(module: str, needed_for: str) -> Any:
