@@ -158,5 +158,5 @@ def test_an_unreachable_http_host_is_one_line_with_its_timeout() -> None:
     with pytest.raises(InputError) as caught:
         resolve_remote([url], {"connect_timeout": "2"})
     assert str(caught.value).startswith(
-        f"{url}: cannot reach the http service (connect timeout 2 s, 3 attempt(s))"
+        f"{url}: cannot reach the http service (connect timeout 2 s, 1 attempt)"
     ), str(caught.value)

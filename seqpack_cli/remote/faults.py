@@ -111,9 +111,8 @@ def describe_failure(url: str, error: BaseException, settings: Settings) -> str:
     if kind == "unreachable":
         endpoint = settings.endpoint_url or f"the {settings.scheme} service"
         return (
-            f"{url}: cannot reach {endpoint} (connect timeout {settings.connect_timeout_s:g} s, "
-            f"{settings.max_attempts} attempt(s)); check the network and the endpoint, or raise "
-            f"{option('storage_option')} connect_timeout=SECONDS"
+            f"{url}: cannot reach {endpoint} ({_patience(settings)}); check the network and the "
+            f"endpoint{_longer(settings)}"
         )
     if kind == NOT_FOUND:
         return no_such_object(url)
@@ -122,8 +121,33 @@ def describe_failure(url: str, error: BaseException, settings: Settings) -> str:
 
 
 def no_such_object(url: str) -> str:
-    """The line for an object (or prefix) that is not there."""
+    """The line for an object (or prefix, or hub repository) that is not there."""
+    if url.startswith("hf://"):
+        return (
+            f"{url}: no such repository, revision or file; check the URL "
+            "(hf://datasets/org/name[@revision]/path) and, for a private or gated one, the token"
+        )
     return f"{url}: no such object or prefix; check the key (listings are case-sensitive)"
+
+
+def _patience(settings: Settings) -> str:
+    """How long seqpack waited, as the settings of each scheme make it."""
+    if settings.scheme == "s3":
+        return (
+            f"connect timeout {settings.connect_timeout_s:g} s, {settings.max_attempts} attempt(s)"
+        )
+    if settings.scheme == "gs":
+        seconds = settings.connect_timeout_s * settings.max_attempts
+        return f"retried for up to {seconds:g} s"
+    if settings.scheme in ("http", "https"):
+        return f"connect timeout {settings.connect_timeout_s:g} s, 1 attempt"
+    return "huggingface_hub's timeouts: HF_HUB_ETAG_TIMEOUT, HF_HUB_DOWNLOAD_TIMEOUT"
+
+
+def _longer(settings: Settings) -> str:
+    if settings.scheme == "hf":
+        return ", or raise HF_HUB_ETAG_TIMEOUT"
+    return f", or raise {option('storage_option')} connect_timeout=SECONDS"
 
 
 def remote_error(url: str, error: BaseException, settings: Settings) -> InputError:

@@ -81,7 +81,7 @@ def _resolve_one(text: str, parsed: RemoteURL, settings: Settings) -> list[Remot
         takes_json = parsed.key.lower().endswith(".json")
         keys = [
             (key, size)
-            for key, size in _list(parsed.with_key(prefix), settings)
+            for key, size in _list(text, parsed.with_key(prefix), settings)
             if pattern.match(key) and _is_data(key, searched=not takes_json)
         ]
         return _stat_all(text, parsed, keys, settings)
@@ -106,7 +106,7 @@ def _resolve_one(text: str, parsed: RemoteURL, settings: Settings) -> list[Remot
 
 def _search(text: str, parsed: RemoteURL, settings: Settings) -> list[RemoteFile]:
     """A prefix, searched recursively like a local directory."""
-    listed = _list(parsed, settings)
+    listed = _list(text, parsed, settings)
     if not listed:
         _check_root(text, parsed, settings)
         raise InputError(no_such_object(text))
@@ -130,7 +130,7 @@ def _stat_all(
     return [file for file in stats if file is not None]
 
 
-def _list(parsed: RemoteURL, settings: Settings) -> list[tuple[str, int]]:
+def _list(text: str, parsed: RemoteURL, settings: Settings) -> list[tuple[str, int]]:
     """(key, size) of every object under the prefix `parsed.key` (which ends in `/` or is empty)."""
     filesystem = filesystem_for(parsed, settings)
     base = path_in_filesystem(parsed)
@@ -139,7 +139,7 @@ def _list(parsed: RemoteURL, settings: Settings) -> list[tuple[str, int]]:
     try:
         infos = filesystem.get_file_info(selector)
     except Exception as error:
-        raise remote_error(parsed.url, error, settings) from None
+        raise remote_error(text, error, settings) from None
     return [
         (_key_of(info.path, root), int(info.size or 0))
         for info in infos

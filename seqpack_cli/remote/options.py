@@ -44,9 +44,11 @@ KEYS: dict[str, tuple[str, ...]] = {
         "session_token",
     ),
     "gs": (*_COMMON, "endpoint_url", "anonymous", "access_token", "project_id"),
-    "http": _COMMON,
-    "https": _COMMON,
-    "hf": (*_COMMON, "endpoint_url", "token"),
+    # fsspec's HTTP reader does not retry; huggingface_hub keeps its own timeouts
+    # (HF_HUB_ETAG_TIMEOUT, HF_HUB_DOWNLOAD_TIMEOUT): no key here would be honoured.
+    "http": ("connect_timeout",),
+    "https": ("connect_timeout",),
+    "hf": ("endpoint_url", "token"),
 }
 """The storage options each scheme takes."""
 

@@ -127,7 +127,11 @@ def _parse_hf(text: str, rest: str) -> RemoteURL:
     name, _, revision = names[1].partition("@")
     if not name or (names[1].endswith("@") and not revision):
         raise InputError(f"input {text} has an empty repository name or revision after '@'")
-    return RemoteURL("hf", f"{repo_type}/{names[0]}/{name}", "/".join(names[2:]), revision or None)
+    path = names[2:]
+    if revision == "refs" and len(path) >= 2:
+        # The hub's special revisions hold slashes: refs/convert/parquet, refs/pr/12.
+        revision, path = "/".join([revision, *path[:2]]), path[2:]
+    return RemoteURL("hf", f"{repo_type}/{names[0]}/{name}", "/".join(path), revision or None)
 
 
 def has_glob(key: str) -> bool:
