@@ -115,7 +115,8 @@ def prepare(
         typer.Argument(
             metavar="INPUT...",
             help="Parquet or JSON Lines files (.jsonl, .jsonl.gz, .json), globs (quote them: "
-            "'data/**/*.parquet') or directories.",
+            "'data/**/*.parquet') or directories, local or remote (s3://, gs://, https://, "
+            "hf://: the remote extra).",
             show_default=False,
         ),
     ],
@@ -250,6 +251,17 @@ def prepare(
             "(chat templates write their own).",
         ),
     ] = True,
+    storage_option: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--storage-option",
+            metavar="KEY=VALUE",
+            help="For s3://, gs://, https:// and hf:// inputs: an option of their store "
+            "(endpoint_url=http://HOST:PORT, region=..., anonymous=true, ...), repeated for "
+            "more; credentials come from the usual environment variables and files.",
+            show_default=False,
+        ),
+    ] = None,
     quiet: QuietOption = False,
     json_output: JsonOption = False,
 ) -> None:
@@ -299,6 +311,7 @@ def prepare(
         scheduler=scheduler,
         workers=workers,
         tokenize=tokenize,
+        storage_options=storage_option or None,  # type: ignore[arg-type]  # KEY=VALUE strings
     )
     started = time.perf_counter()
     with rich_progress(enabled=not (quiet or json_output)) as progress:

@@ -11,6 +11,8 @@ a `prepared/` directory.
   inputs' footers read and checked before DuckDB reads a row; `db`: DuckDB connections, the SQL
   of `sql/`, DuckDB's errors worded; `memory_inputs`: in-memory tables (pyarrow, Polars,
   datasets) written as parquet into the job's work directory, then read as files;
+  `remote_inputs`: remote objects (s3://, gs://, https://, hf://) resolved by
+  `seqpack_cli.remote`, the columns read copied once into the work directory;
 - `scan`: the first pass, the length histogram; `pools` (subpackage): the second pass, the
   `pools/{length}.npy` files;
 - the token store (`--tokens-column`): `one_pass` reads the token column once

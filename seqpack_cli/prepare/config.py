@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import importlib.util
 import os
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -115,6 +115,10 @@ class PrepareConfig:
             its loss mask), so `length_column` and the store's columns are not given; after
             construction they read "input_ids" (and `loss_mask_column` "loss_mask" when a mask
             is stored). Local engine only. None: the inputs hold lengths or token ids.
+        storage_options: for remote inputs (`s3://`, `gs://`, `https://`, `hf://`), options of
+            their store (`--storage-option KEY=VALUE`: `endpoint_url`, `region`, `anonymous`,
+            ...), a mapping or KEY=VALUE strings, stored as a dict; credentials otherwise come
+            from the usual environment variables and files. Remote inputs only.
 
     Raises:
         ConfigError: a field breaks its rule above.
@@ -143,6 +147,7 @@ class PrepareConfig:
     cluster_tuning: ClusterTuning = field(default_factory=ClusterTuning)
     length_multiple: int | None = None
     tokenize: TokenizeOptions | None = None
+    storage_options: Mapping[str, str] | None = None  # KEY=VALUE strings are taken too
 
     def __post_init__(self) -> None:
         with signals_held():  # the first import of DuckDB, which a signal must not cut short
@@ -156,6 +161,7 @@ class PrepareConfig:
         inputs = tuple(item if is_table(item) else os.fspath(item) for item in inputs)
         if not inputs:
             raise ConfigError("no inputs given; pass parquet files, globs or directories")
+        self._check_remote(inputs)
         object.__setattr__(self, "inputs", inputs)
         self._check_tokenize()
         _column_name(self.length_column, "length_column")
@@ -253,6 +259,44 @@ class PrepareConfig:
                 f"the columns {option('tokens_column')}, {option('labels_column')}, "
                 f"{option('loss_mask_column')} and {option('id_column')} are {values}; each "
                 "must name a different column"
+            )
+
+    def _check_remote(self, inputs: Sequence[object]) -> None:
+        """Remote inputs (URLs) only with other URLs, a local output, storage options as a
+        mapping or as KEY=VALUE strings (stored as a dict)."""
+        from seqpack_cli.remote.urls import is_remote
+
+        remote = [isinstance(item, str) and is_remote(item) for item in inputs]
+        if any(remote) and not all(remote):
+            raise ConfigError(
+                "inputs mixes remote URLs and local paths or tables; pass one kind (copy the "
+                "local files next to the remote ones, or download the remote ones)"
+            )
+        if is_remote(os.fspath(self.output)):
+            raise ConfigError(
+                f"{option('output')} is {os.fspath(self.output)!r}; the prepared directory is "
+                "written to a local or shared filesystem (training maps its files): pass a "
+                "path, and copy the directory to object storage afterwards if you need it there"
+            )
+        options = self.storage_options
+        if options is None:
+            options = {}
+        elif not isinstance(options, Mapping):
+            from seqpack_cli.remote.options import parse_storage_options
+
+            options = parse_storage_options(
+                [options] if isinstance(options, str) else list(options)
+            )
+        elif not all(isinstance(k, str) and isinstance(v, str) for k, v in options.items()):
+            raise ConfigError(
+                f"{option('storage_option')} values are {dict(options)!r}; expected strings "
+                "(KEY=VALUE on the command line)"
+            )
+        object.__setattr__(self, "storage_options", dict(options))
+        if options and not any(remote):
+            raise ConfigError(
+                f"{option('storage_option')} is set but no input is a remote URL (s3://, gs://, "
+                "https://, hf://); leave it out"
             )
 
     def _check_tokenize(self) -> None:

@@ -185,16 +185,18 @@ def _count_targets(
             writer.record_file(f"{role}/{INFO_NAME}")  # now describing the file
 
 
-def _name_tables(writer: PreparedWriter, store: StoreSection, staged: Mapping[Path, str]) -> None:
-    """Each role's token_source.json lists an in-memory table by its name, not by the path of
-    its copy in the work directory (rewritten, renamed over, recorded again)."""
+def _name_copies(
+    writer: PreparedWriter, store: StoreSection, copies: Mapping[Path, Mapping[str, object]]
+) -> None:
+    """Each role's token_source.json lists an in-memory table or a remote object as the
+    manifest does, not by the path of its copy (rewritten, renamed over, recorded again)."""
     from seqpack_cli.token_sources import INFO_NAME
 
     for role in store:
         path = writer.tmp_path / role / INFO_NAME
         info = json.loads(path.read_text("utf-8"))
         for entry in info["inputs"]["files"]:
-            entry["path"] = staged.get(Path(entry["path"]), entry["path"])
+            entry.update(copies.get(Path(entry["path"]), {}))
         renamed = path.with_name(f".{INFO_NAME}.tmp")
         renamed.write_text(json.dumps(info, indent=1) + "\n", "utf-8")
         os.replace(renamed, path)
@@ -254,12 +256,14 @@ def prepare_dataset(config: PrepareConfig, *, progress: ProgressCallback | None 
     from seqpack_cli.prepare.engines import open_engine
     from seqpack_cli.prepare.inputs import check_outside, resolve_inputs
     from seqpack_cli.prepare.memory_inputs import is_table
+    from seqpack_cli.remote.urls import is_remote
 
     started = time.perf_counter()
     output = Path(config.output)
     tables = [item for item in config.inputs if is_table(item)]
+    remote = [item for item in config.inputs if isinstance(item, str) and is_remote(item)]
     paths: list[Path] = []
-    if not tables:
+    if not tables and not remote:
         check_outside(output, config.inputs)
         paths = resolve_inputs(config.inputs, exclude=[output])
         check_outside(output, paths)
@@ -273,10 +277,11 @@ def prepare_dataset(config: PrepareConfig, *, progress: ProgressCallback | None 
         PreparedWriter(output, overwrite=config.overwrite) as writer,
         open_engine(config, progress=progress) as engine,
     ):
-        staged = _stage(tables, config, writer)
-        paths = paths or list(staged)
+        copies = _stage(tables, remote, config, writer)
+        staged = {path: str(entry["path"]) for path, entry in copies.items()}
+        paths = paths or list(copies)
         try:
-            prepared = _run(config, engine, writer, paths, staged, tokenizer, started, progress)
+            prepared = _run(config, engine, writer, paths, copies, tokenizer, started, progress)
         except InputError as error:
             if not staged:
                 raise
@@ -288,15 +293,30 @@ def prepare_dataset(config: PrepareConfig, *, progress: ProgressCallback | None 
 
 
 def _stage(
-    tables: Sequence[object], config: PrepareConfig, writer: PreparedWriter
-) -> dict[Path, str]:
-    """In-memory inputs written as parquet into the work directory (`memory_inputs`): each
-    copy's path and its table's name (empty without tables)."""
-    if not tables:
-        return {}
-    from seqpack_cli.prepare.memory_inputs import stage_tables
+    tables: Sequence[object], remote: Sequence[str], config: PrepareConfig, writer: PreparedWriter
+) -> dict[Path, dict[str, object]]:
+    """In-memory tables (`memory_inputs`) or remote objects (`remote_inputs`): what the job
+    reads of them written as files into the work directory. Each copy's path and what the
+    manifest lists in its place (a table's name; an object's URL, size and version); empty for
+    local files."""
+    folder = writer.work_dir / "inputs"
+    if tables:
+        from seqpack_cli.prepare.memory_inputs import stage_tables
 
-    return stage_tables(tables, config.input_columns, writer.work_dir / "inputs")
+        named = stage_tables(tables, config.input_columns, folder)
+        return {path: {"path": name} for path, name in named.items()}
+    if remote:
+        from seqpack_cli.prepare.remote_inputs import stage_remote
+
+        copies = stage_remote(remote, config.input_columns, folder, config.storage_options or {})
+        return {copy.path: _remote_entry(copy.identity) for copy in copies}
+    return {}
+
+
+def _remote_entry(identity: Mapping[str, object]) -> dict[str, object]:
+    """A remote object's entry in the manifest's files list: its URL as the path, its size,
+    its version (ETag, VersionId or blob id)."""
+    return {"path": identity["url"], "bytes": identity["bytes"], "version": identity["version"]}
 
 
 def _run(
@@ -304,7 +324,7 @@ def _run(
     engine: Engine,
     writer: PreparedWriter,
     paths: Sequence[Path],
-    staged: Mapping[Path, str],
+    copies: Mapping[Path, Mapping[str, object]],
     tokenizer: dict[str, object] | None,
     started: float,
     progress: ProgressCallback | None,
@@ -328,14 +348,17 @@ def _run(
     logger.info("pools written (%.2fs)", time.perf_counter() - started)
     store = engine.store(writer)
     _count_targets(writer, store, config, progress)
-    if staged:
-        _name_tables(writer, store, staged)
+    if copies:
+        _name_copies(writer, store, copies)
     writer.write_bytes(COUNTS_NAME, counts_to_json(kept))
     writer.write_bytes(TEMPLATES_NAME, templates_to_json(templates))
     id_range = (scanned.id_min, scanned.id_max)
     manifest = _manifest(config, files, kept, templates, stats, over_cap, id_range)
-    for entry in manifest["inputs"]["files"]:  # an in-memory table by its name
-        entry["path"] = staged.get(Path(entry["path"]), entry["path"])
+    if copies:  # a table or a remote object, not its copy
+        listed = manifest["inputs"]["files"]
+        for entry in listed:
+            entry.update(copies.get(Path(entry["path"]), {}))
+        manifest["inputs"]["num_bytes"] = sum(int(entry["bytes"]) for entry in listed)
     manifest["engine"] = engine.describe()
     if tokenizer is not None:
         manifest[TOKENIZER_KEY] = tokenizer

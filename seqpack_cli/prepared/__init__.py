@@ -16,6 +16,7 @@
 - `snapshot`: one consistent copy read through a descriptor of the directory itself;
 - `mounts`: other filesystems mounted inside an output, found up front and never entered;
 - `store`: the token store opened (`tokens/`, `labels/`, `loss_mask/`);
+- `remote_check`: `load_prepared(verify=True)` asks the store whether remote inputs changed;
 - `tokenizer_check`: `Prepared.check_tokenizer`, a tokenizer compared with the one recorded;
 - `alignment`: whether a token source matches the directory's pools (`check_pool_lengths`);
 - `repack`: `Prepared.repack`, the directory re-targeted at load time; `multiples`: templates

@@ -374,6 +374,7 @@ def load_prepared(
     mmap: bool = True,
     verify: bool = False,
     max_mapped_pools: int = MAX_MAPPED_POOLS,
+    storage_options: Mapping[str, str] | None = None,
 ) -> Prepared:
     """Load a prepared directory written by `seqpack prepare`.
 
@@ -387,7 +388,12 @@ def load_prepared(
     Args:
         path: the prepared directory (`seqpack prepare --output`).
         mmap: memory-map the pools (the default); False reads them all into memory now.
-        verify: also check every file's sha256 against the manifest's (reads every byte).
+        verify: also check every file's sha256 against the manifest's (reads every byte), and
+            that the remote inputs it was prepared from (s3://, gs://, https://, hf://) still
+            have the size and version the manifest records (a request to their store each).
+        storage_options: with `verify` and remote inputs: their store's options, as
+            `prepare --storage-option` took them (endpoint, region, ...); credentials come from
+            the environment.
         max_mapped_pools: at most this many pools, the largest, are memory-mapped (default
             `MAX_MAPPED_POOLS`); the others are read into memory on first use. An integer >= 0;
             a smaller value leaves more of the kernel's mappings to the rest of the process.
@@ -408,13 +414,22 @@ def load_prepared(
             the files, a token store (`prepare --tokens-column`) whose files are missing or
             disagree with the manifest, and (with `verify=True`) any file whose sha256 differs
             from the manifest's.
+        InputError: with `verify=True`, a remote input that changed or is gone since prepare
+            (`remote_check`).
     """
     root = Path(path)
     max_mapped_pools = check_int("max_mapped_pools", max_mapped_pools, minimum=0)
     for attempt in range(_LOAD_ATTEMPTS):
         dir_fd = open_directory(root)
         try:
-            return _load(root, dir_fd, mmap=mmap, verify=verify, max_mapped_pools=max_mapped_pools)
+            prepared = _load(
+                root, dir_fd, mmap=mmap, verify=verify, max_mapped_pools=max_mapped_pools
+            )
+            if verify:
+                from seqpack_cli.prepared.remote_check import check_remote_inputs
+
+                check_remote_inputs(root, prepared.manifest, storage_options)
+            return prepared
         except PreparedFormatError:
             # Replaced while loading (`prepare --overwrite`): load the new copy instead.
             if attempt + 1 == _LOAD_ATTEMPTS or not was_replaced(root, dir_fd):

@@ -214,6 +214,7 @@ _MAX_SEQ_LEN = _integer(1, MAX_SEQ_LEN_LIMIT)
 _ID = _integer(-MAX_INT - 1, nullable=True)
 _STORE_DTYPES = ("uint8", "uint16", "uint32", "uint64", "int8", "int16", "int32", "int64")
 
+
 def _nullable_sha256(value: Any, where: str) -> None:
     if value is not None:
         _sha256(value, where)

@@ -1,0 +1,163 @@
+"""Remote inputs (`s3://`, `gs://`, `https://`, `hf://`): the columns the job reads, fetched once.
+
+`seqpack_cli.remote` resolves the URLs to objects (sorted by URL: the ids' order) and reads them
+in place. Here each object's columns that the job reads (the length and id columns, the token
+store's, or the tokenizer's text) are copied once into the job's work directory: from a parquet
+object only those column chunks are fetched (range requests, row group by row group, so memory
+is one row group); a JSON Lines object, which has no columns to pick, is copied whole. The job
+then runs on the copies as on local files, with either engine, and its manifest lists each
+object by its URL, its size and its version (ETag, VersionId or blob id), checked again once
+the copy is made: an object that changed while it was read stops the job.
+
+The outputs are byte for byte those of the same files read from a local disk. The output itself
+stays on a local or shared filesystem.
+"""
+
+from __future__ import annotations
+
+import logging
+import shutil
+import time
+from collections.abc import Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from seqpack_cli.errors import InputError
+from seqpack_cli.prepare.input_batches import input_kind
+
+__all__ = ["RemoteCopy", "stage_remote"]
+
+logger = logging.getLogger(__name__)
+
+_DOWNLOADS = 8
+"""Objects fetched at once: the wait is the network's, and pyarrow releases the GIL."""
+_COPY_BYTES = 1 << 23
+
+
+class RemoteCopy:
+    """One object and where its copy lies: `identity` is what the manifest records."""
+
+    def __init__(self, file: Any, path: Path) -> None:
+        self.file = file
+        self.path = path
+
+    @property
+    def identity(self) -> dict[str, Any]:
+        from seqpack_cli.remote import identity
+
+        return identity(self.file)
+
+
+def _suffix(url: str) -> str:
+    name = url.rsplit("/", 1)[-1].lower()
+    for suffix in (".jsonl.gz", ".jsonl", ".json"):
+        if name.endswith(suffix):
+            return suffix
+    return ".parquet"
+
+
+def _copy_columns(
+    file: Any, columns: Sequence[str], path: Path, options: Mapping[str, str]
+) -> None:
+    """The object's `columns`, row group by row group, into a local parquet file."""
+    from seqpack_cli.remote import open_input
+
+    with open_input(file, options) as handle:
+        parquet = pq.ParquetFile(handle)
+        names = parquet.schema_arrow.names
+        missing = [column for column in columns if column not in names]
+        if missing:
+            raise InputError(
+                f"column {missing[0]!r} is not in {file.url}; its columns are: "
+                f"{', '.join(names[:20])}; name one of them"
+            )
+        schema = pa.schema([parquet.schema_arrow.field(column) for column in columns])
+        with pq.ParquetWriter(path, schema) as writer:
+            for group in range(parquet.num_row_groups):
+                writer.write_table(parquet.read_row_group(group, columns=list(columns)))
+
+
+def _copy_whole(file: Any, path: Path, options: Mapping[str, str]) -> None:
+    from seqpack_cli.remote import open_input
+
+    with open_input(file, options) as source, open(path, "wb") as target:
+        shutil.copyfileobj(source, target, _COPY_BYTES)
+
+
+def _fetch(file: Any, columns: Sequence[str], path: Path, options: Mapping[str, str]) -> None:
+    from seqpack_cli.remote import changed, identity
+    from seqpack_cli.remote.faults import remote_error
+    from seqpack_cli.remote.options import settings_for
+    from seqpack_cli.remote.urls import parse_url
+
+    try:
+        if input_kind(path) == "jsonl":
+            _copy_whole(file, path, options)
+        else:
+            _copy_columns(file, columns, path, options)
+    except InputError:
+        raise
+    except (OSError, pa.ArrowException) as error:
+        if isinstance(error, pa.ArrowInvalid) and "Parquet" in str(error):
+            raise InputError(
+                f"{file.url} is not a readable parquet file ({str(error).splitlines()[0]}); "
+                "leave it out of the inputs or rewrite it as parquet"
+            ) from None
+        settings = settings_for(parse_url(file.url).scheme, options)
+        raise remote_error(file.url, error, settings) from None
+    reason = changed(identity(file), options)
+    if reason is not None:
+        raise InputError(
+            f"{file.url} changed while prepare read it ({reason}); re-run once nothing writes to it"
+        )
+
+
+def stage_remote(
+    inputs: Sequence[str], columns: Sequence[str], folder: Path, options: Mapping[str, str]
+) -> list[RemoteCopy]:
+    """Resolve the remote `inputs` and copy what the job reads of each object into `folder`.
+
+    Args:
+        inputs: URLs as the user gave them (objects, prefixes, globs).
+        columns: the columns the job reads.
+        folder: where the copies go (the job's work directory; created).
+        options: storage options (`seqpack_cli.remote.parse_storage_options`).
+
+    Returns:
+        One `RemoteCopy` per object, in URL order.
+
+    Raises:
+        InputError: no such bucket or object, nothing matched, access denied, an unreachable
+            endpoint, a missing column, an object that changed while it was read.
+    """
+    from seqpack_cli.remote import resolve_remote
+
+    started = time.perf_counter()
+    files = resolve_remote(inputs, options)
+    folder.mkdir(parents=True, exist_ok=True)
+    copies = [
+        RemoteCopy(file, folder / f"{index:05d}{_suffix(file.url)}")
+        for index, file in enumerate(files)
+    ]
+    wanted = list(dict.fromkeys(columns))
+    with ThreadPoolExecutor(max_workers=_DOWNLOADS, thread_name_prefix="seqpack-fetch") as pool:
+        fetches = [pool.submit(_fetch, c.file, wanted, c.path, options) for c in copies]
+        try:
+            for fetch in fetches:  # the first failure in URL order is the one raised
+                fetch.result()
+        except BaseException:
+            for fetch in fetches:  # those not started never start; the pool waits for the rest
+                fetch.cancel()
+            raise
+    fetched = sum(copy.path.stat().st_size for copy in copies)
+    logger.info(
+        "remote: %d object(s), %d bytes of them copied (%.2fs)",
+        len(copies),
+        fetched,
+        time.perf_counter() - started,
+    )
+    return copies
