@@ -23,7 +23,14 @@ from hypothesis import strategies as st
 from remote_servers import RangeServer, closed_port, serve_folder
 
 from seqpack_cli.errors import InputError
-from seqpack_cli.remote import arrow_filesystem, changed, identity, open_input, resolve_remote
+from seqpack_cli.remote import (
+    arrow_filesystem,
+    changed,
+    identity,
+    open_input,
+    open_stream,
+    resolve_remote,
+)
 
 pytest.importorskip("aiohttp")
 
@@ -160,3 +167,21 @@ def test_an_unreachable_http_host_is_one_line_with_its_timeout() -> None:
     assert str(caught.value).startswith(
         f"{url}: cannot reach the http service (connect timeout 2 s, 1 attempt)"
     ), str(caught.value)
+
+
+def test_a_stream_reads_front_to_back_in_few_requests(server: RangeServer, folder: Path) -> None:
+    import gzip
+    import io
+
+    lines = b"".join(b'{"length": %d}\n' % (index % 900 + 1) for index in range(200_000))
+    (folder / "many.jsonl.gz").write_bytes(gzip.compress(lines))
+    url = f"{server.url}/many.jsonl.gz"
+    size = (folder / "many.jsonl.gz").stat().st_size
+    server.reset()
+    with open_stream(url, buffer_bytes=256 << 10) as raw:
+        # gzip asks for 8 KiB at a time: unbuffered, that would be a request per read.
+        read = gzip.GzipFile(fileobj=io.BufferedReader(raw)).read()
+    assert read == lines
+    # One HEAD, then ceil(size / 256 KiB) range GETs (and one at the end that finds nothing).
+    assert server.requests <= 2 + -(-size // (256 << 10)), (server.requests, size)
+    assert server.bytes_served == size

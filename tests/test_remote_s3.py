@@ -36,6 +36,7 @@ from seqpack_cli.remote import (
     changed,
     identity,
     open_input,
+    open_stream,
     parse_storage_options,
     resolve_remote,
 )
@@ -286,3 +287,14 @@ def test_an_unreachable_endpoint_is_one_line_with_its_timeout() -> None:
 def test_a_storage_option_of_another_scheme_is_refused(endpoint: str) -> None:
     with pytest.raises(ConfigError, match=r"storage_option token=x does not apply to s3://"):
         resolve_remote(["s3://corpus/data/"], {"endpoint_url": endpoint, "token": "x"})
+
+
+def test_a_stream_reads_an_object_front_to_back(endpoint: str, options: dict[str, str]) -> None:
+    import gzip
+    import io
+
+    lines = b"".join(b'{"length": %d}\n' % (index % 700 + 1) for index in range(50_000))
+    put_object(endpoint, BUCKET, "stream/s.jsonl.gz", gzip.compress(lines))
+    (file,) = resolve_remote(["s3://corpus/stream/"], options)
+    with open_stream(file, options, buffer_bytes=64 << 10) as raw:
+        assert gzip.GzipFile(fileobj=io.BufferedReader(raw)).read() == lines

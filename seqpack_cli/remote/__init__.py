@@ -11,13 +11,14 @@ load when an https:// or hf:// input is used.
 - `options`: `parse_storage_options`, the keys each scheme takes, credential sources in words.
 - `filesystems`: `arrow_filesystem(url, options) -> (pyarrow FileSystem, path)`, one per scheme.
 - `faults`: failures (no bucket, no object, denied, unreachable) sorted into one-line messages.
-- `objects`: `RemoteFile`, `open_input`, `identity` (what the manifest records), `changed`.
+- `objects`: `RemoteFile`, `open_input` (random access), `open_stream` (front to back),
+  `identity` (what the manifest records), `changed`.
 - `listing`: `resolve_remote(inputs, options) -> list[RemoteFile]`: files, prefixes, globs.
 """
 
 from seqpack_cli.remote.filesystems import arrow_filesystem
 from seqpack_cli.remote.listing import resolve_remote
-from seqpack_cli.remote.objects import RemoteFile, changed, identity, open_input
+from seqpack_cli.remote.objects import RemoteFile, changed, identity, open_input, open_stream
 from seqpack_cli.remote.options import parse_storage_options
 from seqpack_cli.remote.urls import RemoteURL, is_remote, parse_url
 
@@ -29,6 +30,7 @@ __all__ = [
     "identity",
     "is_remote",
     "open_input",
+    "open_stream",
     "parse_storage_options",
     "parse_url",
     "resolve_remote",

@@ -166,12 +166,6 @@ def _gcs(settings: Settings) -> arrow_fs.FileSystem:
     return arrow_fs.GcsFileSystem(**kwargs)
 
 
-_HTTP_BLOCK_SIZE = 1 << 20
-"""Read-ahead of an HTTP file: each read fetches at least this much (fsspec's default, 5 MiB,
-fetched 37% of a 20 MB file for 2 of its 20 columns; 1 MiB keeps a column read near its size
-while a front-to-back read of JSON Lines still takes few requests)."""
-
-
 def _http(settings: Settings) -> Any:
     aiohttp = _optional("aiohttp", "https:// inputs")
     http = _optional("fsspec.implementations.http", "https:// inputs")
@@ -183,7 +177,6 @@ def _http(settings: Settings) -> Any:
         client_kwargs={"timeout": timeout},
         simple_links=False,
         skip_instance_cache=True,
-        block_size=_HTTP_BLOCK_SIZE,
     )
 
 
@@ -203,7 +196,10 @@ class _FSSpecHandler(arrow_fs.FSSpecHandler):
     file anyway)."""
 
     def open_input_file(self, path: str) -> pa.NativeFile:
-        return pa.PythonFile(self.fs.open(path, mode="rb"), mode="r")
+        # cache_type="none": each read is one range request of exactly its bytes, as with
+        # pyarrow's S3 files (parquet readers coalesce their ranges themselves; front-to-back
+        # readers take `open_stream`, which buffers).
+        return pa.PythonFile(self.fs.open(path, mode="rb", cache_type="none"), mode="r")
 
 
 def _wrap(filesystem: Any) -> arrow_fs.FileSystem:
