@@ -18,12 +18,12 @@ import logging
 import os
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
-
-import pyarrow as pa
-import pyarrow.parquet as pq
+from typing import TYPE_CHECKING, Any
 
 from seqpack_cli.errors import ConfigError, InputError
+
+if TYPE_CHECKING:  # pyarrow is imported once a table is staged: `load_prepared` stays light
+    import pyarrow as pa
 
 __all__ = ["check_inputs", "is_table", "memory_name", "named", "stage_tables", "table_kind"]
 
@@ -37,12 +37,10 @@ def table_kind(value: object) -> str | None:
     """The kind of in-memory table `value` is ("pyarrow.Table", "polars.LazyFrame", ...), or
     None for anything else (paths included). Polars and datasets are recognised by their types'
     modules, so neither is imported here."""
-    if isinstance(value, pa.Table):
-        return "pyarrow.Table"
-    if isinstance(value, pa.RecordBatch):
-        return "pyarrow.RecordBatch"
     module = type(value).__module__.split(".")[0]
     name = type(value).__name__
+    if module == "pyarrow" and name in ("Table", "RecordBatch"):
+        return f"pyarrow.{name}"
     if module == "pyarrow" and name in ("FileSystemDataset", "UnionDataset", "InMemoryDataset"):
         return "pyarrow.dataset.Dataset"
     if module == "polars" and name in ("DataFrame", "LazyFrame"):
@@ -76,6 +74,8 @@ def _columns_of(value: Any, kind: str) -> list[str]:
 
 def _arrow_table(value: Any, kind: str, columns: list[str]) -> pa.Table:
     """The table's `columns` as Arrow (tables that are already in memory)."""
+    import pyarrow as pa
+
     if kind in ("pyarrow.Table", "pyarrow.RecordBatch"):
         table = value.select(columns)
         return pa.Table.from_batches([table]) if isinstance(table, pa.RecordBatch) else table
@@ -87,6 +87,8 @@ def _arrow_table(value: Any, kind: str, columns: list[str]) -> pa.Table:
 
 
 def _stage_one(value: Any, kind: str, columns: list[str], path: Path) -> None:
+    import pyarrow.parquet as pq
+
     if kind == "polars.LazyFrame":
         value.select(columns).sink_parquet(path, row_group_size=_ROW_GROUP_ROWS)
         return
