@@ -277,7 +277,7 @@ def prepare_dataset(config: PrepareConfig, *, progress: ProgressCallback | None 
         PreparedWriter(output, overwrite=config.overwrite) as writer,
         open_engine(config, progress=progress) as engine,
     ):
-        copies = _stage(tables, remote, config, writer)
+        copies = _stage(tables, remote, config, writer, engine)
         staged = {path: str(entry["path"]) for path, entry in copies.items()}
         paths = paths or list(copies)
         try:
@@ -293,7 +293,11 @@ def prepare_dataset(config: PrepareConfig, *, progress: ProgressCallback | None 
 
 
 def _stage(
-    tables: Sequence[object], remote: Sequence[str], config: PrepareConfig, writer: PreparedWriter
+    tables: Sequence[object],
+    remote: Sequence[str],
+    config: PrepareConfig,
+    writer: PreparedWriter,
+    engine: Engine,
 ) -> dict[Path, dict[str, object]]:
     """In-memory tables (`memory_inputs`) or remote objects (`remote_inputs`): what the job
     reads of them written as files into the work directory. Each copy's path and what the
@@ -306,9 +310,11 @@ def _stage(
         named = stage_tables(tables, config.input_columns, folder)
         return {path: {"path": name} for path, name in named.items()}
     if remote:
-        from seqpack_cli.prepare.remote_inputs import stage_remote
+        from seqpack_cli.prepare.remote_inputs import plan_copies
 
-        copies = stage_remote(remote, config.input_columns, folder, config.storage_options or {})
+        options = dict(config.storage_options or {})
+        copies = plan_copies(remote, folder, options)
+        engine.fetch(copies, config.input_columns, options)  # the engine reads the objects
         return {copy.path: _remote_entry(copy.identity) for copy in copies}
     return {}
 

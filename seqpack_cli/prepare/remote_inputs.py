@@ -1,7 +1,9 @@
 """Remote inputs (`s3://`, `gs://`, `https://`, `hf://`): the columns the job reads, fetched once.
 
 `seqpack_cli.remote` resolves the URLs to objects (sorted by URL: the ids' order) and reads them
-in place. Here each object's columns that the job reads (the length and id columns, the token
+in place. Here (`plan_copies`, then the engine runs `fetch_object` for each: the local one in
+threads, `fetch_all`; the Dask one as a task per object, so the workers read the objects) each
+object's columns that the job reads (the length and id columns, the token
 store's, or the tokenizer's text) are copied once into the job's work directory: from a parquet
 object only those column chunks are fetched (range requests, row group by row group, so memory
 is one row group); a JSON Lines object, which has no columns to pick, is copied whole. The job
@@ -29,7 +31,7 @@ import pyarrow.parquet as pq
 from seqpack_cli.errors import InputError
 from seqpack_cli.prepare.input_batches import input_kind
 
-__all__ = ["RemoteCopy", "stage_remote"]
+__all__ = ["RemoteCopy", "fetch_all", "fetch_object", "plan_copies"]
 
 logger = logging.getLogger(__name__)
 
@@ -88,7 +90,14 @@ def _copy_whole(file: Any, path: Path, options: Mapping[str, str]) -> None:
         shutil.copyfileobj(source, target, _COPY_BYTES)
 
 
-def _fetch(file: Any, columns: Sequence[str], path: Path, options: Mapping[str, str]) -> None:
+def fetch_object(file: Any, columns: Sequence[str], path: Path, options: Mapping[str, str]) -> None:
+    """Copy what the job reads of one object to `path` (see the module docstring): the one
+    kernel each engine runs, here in threads, on a cluster as a task per object.
+
+    Raises:
+        InputError: the object is gone, denied or unreachable, lacks a column, is not
+            parquet, or changed while it was read.
+    """
     from seqpack_cli.remote import changed, identity
     from seqpack_cli.remote.faults import remote_error
     from seqpack_cli.remote.options import settings_for
@@ -116,48 +125,44 @@ def _fetch(file: Any, columns: Sequence[str], path: Path, options: Mapping[str, 
         )
 
 
-def stage_remote(
-    inputs: Sequence[str], columns: Sequence[str], folder: Path, options: Mapping[str, str]
+def plan_copies(
+    inputs: Sequence[str], folder: Path, options: Mapping[str, str]
 ) -> list[RemoteCopy]:
-    """Resolve the remote `inputs` and copy what the job reads of each object into `folder`.
-
-    Args:
-        inputs: URLs as the user gave them (objects, prefixes, globs).
-        columns: the columns the job reads.
-        folder: where the copies go (the job's work directory; created).
-        options: storage options (`seqpack_cli.remote.parse_storage_options`).
-
-    Returns:
-        One `RemoteCopy` per object, in URL order.
+    """Resolve the remote `inputs` (objects, prefixes, globs) and give each object, in URL order,
+    the path of its copy in `folder` (created).
 
     Raises:
         InputError: no such bucket or object, nothing matched, access denied, an unreachable
-            endpoint, a missing column, an object that changed while it was read.
+            endpoint.
     """
     from seqpack_cli.remote import resolve_remote
 
-    started = time.perf_counter()
     files = resolve_remote(inputs, options)
     folder.mkdir(parents=True, exist_ok=True)
-    copies = [
+    return [
         RemoteCopy(file, folder / f"{index:05d}{_suffix(file.url)}")
         for index, file in enumerate(files)
     ]
-    wanted = list(dict.fromkeys(columns))
+
+
+def fetch_all(
+    copies: Sequence[RemoteCopy], columns: Sequence[str], options: Mapping[str, str]
+) -> None:
+    """`fetch_object` for every copy, `_DOWNLOADS` at a time in threads; the first failure in
+    URL order is raised once the others have stopped (those not started never start)."""
+    started = time.perf_counter()
     with ThreadPoolExecutor(max_workers=_DOWNLOADS, thread_name_prefix="seqpack-fetch") as pool:
-        fetches = [pool.submit(_fetch, c.file, wanted, c.path, options) for c in copies]
+        fetches = [pool.submit(fetch_object, c.file, columns, c.path, options) for c in copies]
         try:
-            for fetch in fetches:  # the first failure in URL order is the one raised
+            for fetch in fetches:
                 fetch.result()
         except BaseException:
-            for fetch in fetches:  # those not started never start; the pool waits for the rest
+            for fetch in fetches:
                 fetch.cancel()
             raise
-    fetched = sum(copy.path.stat().st_size for copy in copies)
     logger.info(
         "remote: %d object(s), %d bytes of them copied (%.2fs)",
         len(copies),
-        fetched,
+        sum(copy.path.stat().st_size for copy in copies),
         time.perf_counter() - started,
     )
-    return copies

@@ -31,6 +31,7 @@ if TYPE_CHECKING:
     from seqpack_cli.prepare.footers import InputFile
     from seqpack_cli.prepare.one_pass import Fallback, OnePass
     from seqpack_cli.prepare.pools.scan import PoolScan
+    from seqpack_cli.prepare.remote_inputs import RemoteCopy
     from seqpack_cli.prepare.token_reading import TokenInput
 
 __all__ = ["LocalEngine"]
@@ -80,6 +81,13 @@ class LocalEngine:
                 threads=config.threads, memory_limit=config.memory_limit, temp_dir=config.temp_dir
             )
         return self._con
+
+    def fetch(
+        self, copies: Sequence[RemoteCopy], columns: Sequence[str], options: Mapping[str, str]
+    ) -> None:
+        from seqpack_cli.prepare.remote_inputs import fetch_all
+
+        fetch_all(copies, columns, options)
 
     def inspect(self, paths: Sequence[Path]) -> list[InputFile]:
         from seqpack_cli.prepare.footers import InputFile, inspect_inputs

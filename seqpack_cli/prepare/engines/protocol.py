@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Protocol, TypeAlias
 if TYPE_CHECKING:
     from seqpack_cli.prepare.footers import InputFile
     from seqpack_cli.prepare.pools.scan import PoolScan
+    from seqpack_cli.prepare.remote_inputs import RemoteCopy
     from seqpack_cli.prepared import PreparedWriter
 
 __all__ = ["Engine", "StoreSection"]
@@ -30,6 +31,13 @@ class Engine(Protocol):
         exc: BaseException | None,
         traceback: TracebackType | None,
     ) -> None: ...
+
+    def fetch(
+        self, copies: Sequence[RemoteCopy], columns: Sequence[str], options: Mapping[str, str]
+    ) -> None:
+        """Remote inputs: what the job reads of each object copied to its path in the work
+        directory (`remote_inputs.fetch_object` per object), before `inspect` reads them."""
+        ...
 
     def inspect(self, paths: Sequence[Path]) -> list[InputFile]:
         """The inputs' footers, checked, in the inputs' order."""
