@@ -298,3 +298,19 @@ def test_a_stream_reads_an_object_front_to_back(endpoint: str, options: dict[str
     (file,) = resolve_remote(["s3://corpus/stream/"], options)
     with open_stream(file, options, buffer_bytes=64 << 10) as raw:
         assert gzip.GzipFile(fileobj=io.BufferedReader(raw)).read() == lines
+
+
+def test_a_versioned_bucket_records_the_version_id(endpoint: str, options: dict[str, str]) -> None:
+    client = s3_client(endpoint)
+    client.create_bucket(Bucket="versioned")
+    client.put_bucket_versioning(Bucket="versioned", VersioningConfiguration={"Status": "Enabled"})
+    first = client.put_object(Bucket="versioned", Key="a.jsonl", Body=b'{"length": 1}\n')
+    (file,) = resolve_remote(["s3://versioned/a.jsonl"], options)
+    assert file.version == first["VersionId"]
+    # The same bytes again: the ETag stays, the version does not, and the version tells.
+    second = client.put_object(Bucket="versioned", Key="a.jsonl", Body=b'{"length": 1}\n')
+    assert second["ETag"] == first["ETag"]
+    assert changed(identity(file), options) == (
+        f"s3://versioned/a.jsonl changed: version {first['VersionId']} recorded, "
+        f"{second['VersionId']} now (14 -> 14 bytes)"
+    )

@@ -239,3 +239,18 @@ def test_a_missing_extra_names_it(monkeypatch: pytest.MonkeyPatch) -> None:
         arrow_filesystem("https://host/f.parquet", {"connect_timeout": "7.125"})
     assert str(caught.value).startswith("https:// inputs need the aiohttp package")
     assert str(caught.value).endswith("install the remote extra: pip install 'seqpack-cli[remote]'")
+
+
+def test_an_unreachable_gcs_endpoint_is_one_line_with_its_retry_limit() -> None:
+    port = closed_port()
+    options = {
+        "endpoint_url": f"http://127.0.0.1:{port}",
+        "anonymous": "true",
+        "connect_timeout": "0.25",
+        "max_attempts": "2",
+    }
+    with pytest.raises(InputError) as caught:
+        remote_listing.resolve_remote(["gs://bucket/data/"], options)
+    assert str(caught.value).startswith(
+        f"gs://bucket/data/: cannot reach http://127.0.0.1:{port} (retried for up to 0.5 s)"
+    ), str(caught.value)
