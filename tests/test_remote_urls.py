@@ -20,7 +20,7 @@ from seqpack_cli.errors import ConfigError, InputError, MissingDependencyError
 from seqpack_cli.prepare import inputs as local_inputs
 from seqpack_cli.remote import arrow_filesystem, is_remote, parse_storage_options, parse_url
 from seqpack_cli.remote import listing as remote_listing
-from seqpack_cli.remote.options import credential_source, settings_for
+from seqpack_cli.remote.options import check_storage_options, credential_source, settings_for
 from seqpack_cli.remote.urls import RemoteURL, glob_pattern
 
 
@@ -204,8 +204,6 @@ def test_bad_storage_options_are_one_line(pair: str, message: str) -> None:
         ("s3", {"connect_timeout": "0"}, "storage_option connect_timeout=0 is not a positive"),
         ("s3", {"max_attempts": "two"}, "storage_option max_attempts=two is not a positive int"),
         ("s3", {"endpoint_url": "127.0.0.1:9000"}, "storage_option endpoint_url=127.0.0.1:9000"),
-        ("https", {"region": "x"}, "storage_option region=x does not apply to https:// inputs"),
-        ("hf", {"max_attempts": "2"}, "storage_option max_attempts=2 does not apply to hf://"),
     ],
 )
 def test_storage_options_are_checked_per_scheme(
@@ -214,6 +212,36 @@ def test_storage_options_are_checked_per_scheme(
     with pytest.raises(ConfigError) as caught:
         settings_for(scheme, options)
     assert str(caught.value).startswith(message), str(caught.value)
+
+
+@pytest.mark.parametrize(
+    ("schemes", "options", "message"),
+    [
+        (["https"], {"region": "x"}, "storage_option region=x does not apply to https:// inputs"),
+        (["hf"], {"max_attempts": "2"}, "storage_option max_attempts=2 does not apply to hf://"),
+        (
+            ["https", "hf", "https"],
+            {"connect_timeout": "3", "anonymous": "true"},
+            "storage_option anonymous=true does not apply to hf://, https:// inputs; hf://, "
+            "https:// take connect_timeout, endpoint_url, token",
+        ),
+    ],
+)
+def test_a_storage_option_no_input_takes_is_refused(
+    schemes: list[str], options: dict[str, str], message: str
+) -> None:
+    with pytest.raises(ConfigError) as caught:
+        check_storage_options(options, schemes)
+    assert str(caught.value).startswith(message), str(caught.value)
+
+
+def test_one_set_of_storage_options_serves_every_scheme() -> None:
+    # endpoint_url is for the s3 inputs; the https ones take only their own key.
+    options = {"endpoint_url": "http://127.0.0.1:9000", "connect_timeout": "2"}
+    check_storage_options(options, ["s3", "https"])
+    assert settings_for("https", options).endpoint_url is None
+    assert settings_for("https", options).connect_timeout_s == 2
+    assert settings_for("s3", options).endpoint_url == "http://127.0.0.1:9000"
 
 
 def test_the_credential_source_in_words(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:

@@ -23,7 +23,7 @@ from seqpack_cli.errors import InputError
 from seqpack_cli.remote.faults import no_such_object, remote_error
 from seqpack_cli.remote.filesystems import filesystem_for, path_in_filesystem
 from seqpack_cli.remote.objects import RemoteFile, stat_object
-from seqpack_cli.remote.options import Settings, settings_for
+from seqpack_cli.remote.options import Settings, check_storage_options, settings_for
 from seqpack_cli.remote.urls import RemoteURL, glob_pattern, has_glob, parse_url
 
 __all__ = ["JSONL_SUFFIXES", "PARQUET_SUFFIXES", "SEARCHED_SUFFIXES", "resolve_remote"]
@@ -61,9 +61,10 @@ def resolve_remote(
         ConfigError: a storage option that does not apply to an input's scheme.
         MissingDependencyError: the scheme needs the `remote` extra.
     """
+    parsed_inputs = [(text, parse_url(text)) for text in inputs]
+    check_storage_options(options or {}, (parsed.scheme for _, parsed in parsed_inputs))
     found: dict[str, RemoteFile] = {}
-    for text in inputs:
-        parsed = parse_url(text)
+    for text, parsed in parsed_inputs:
         settings = settings_for(parsed.scheme, options or {})
         for file in _resolve_one(text, parsed, settings):
             found.setdefault(file.url, file)

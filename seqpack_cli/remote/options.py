@@ -21,6 +21,7 @@ __all__ = [
     "DEFAULT_MAX_ATTEMPTS",
     "KEYS",
     "Settings",
+    "check_storage_options",
     "credential_source",
     "parse_storage_options",
     "settings_for",
@@ -108,27 +109,45 @@ class Settings:
     token: str | None = None
 
 
+def check_storage_options(options: Mapping[str, str], schemes: Iterable[str]) -> None:
+    """Refuse a storage option that none of the inputs' schemes takes.
+
+    One set of `--storage-option`s serves every input, so with s3:// and https:// inputs
+    together `endpoint_url` is meant for s3 only: a key is wrong when no scheme in use takes it.
+
+    Args:
+        options: from `parse_storage_options`.
+        schemes: the normalised schemes of the inputs (`s3`, `gs`, `http`, `https`, `hf`).
+
+    Raises:
+        ConfigError: a key that no scheme in `schemes` takes, naming what they take.
+    """
+    used = sorted(set(schemes))
+    allowed = sorted({key for scheme in used for key in KEYS[scheme]})
+    for key, value in options.items():
+        if key not in allowed:
+            where = ", ".join(f"{scheme}://" for scheme in used)
+            raise ConfigError(
+                f"{option('storage_option')} {key}={value} does not apply to {where} inputs; "
+                f"{where} {'takes' if len(used) == 1 else 'take'} {', '.join(allowed) or 'none'}"
+            )
+
+
 def settings_for(scheme: str, options: Mapping[str, str]) -> Settings:
-    """Check `options` against `scheme` and turn them into typed settings.
+    """The typed settings of `scheme` from `options` (keys of other schemes left out).
 
     Args:
         scheme: a normalised scheme (`s3`, `gs`, `http`, `https`, `hf`).
-        options: from `parse_storage_options`.
+        options: from `parse_storage_options` (checked by `check_storage_options`).
 
     Returns:
         The settings; for s3 the endpoint falls back to AWS_ENDPOINT_URL_S3, then
         AWS_ENDPOINT_URL (the AWS SDK inside pyarrow does not read them).
 
     Raises:
-        ConfigError: a key the scheme does not take, or a value of the wrong kind.
+        ConfigError: a value of the wrong kind.
     """
-    allowed = KEYS[scheme]
-    for key in options:
-        if key not in allowed:
-            raise ConfigError(
-                f"{option('storage_option')} {key}={options[key]} does not apply to {scheme}:// "
-                f"inputs; {scheme}:// takes {', '.join(allowed)}"
-            )
+    options = {key: value for key, value in options.items() if key in KEYS[scheme]}
     endpoint = options.get("endpoint_url")
     if scheme == "s3" and not endpoint:
         endpoint = os.environ.get("AWS_ENDPOINT_URL_S3") or os.environ.get("AWS_ENDPOINT_URL")
