@@ -59,6 +59,7 @@ from seqpack_cli.token_sources import (
 __all__ = [
     "ID_INDEX_BYTES_PER_ROW",
     "check_token_source",
+    "repeated_id_error",
     "row_locator",
     "source_info",
     "write_id_index",
@@ -172,6 +173,16 @@ def row_locator(files: Sequence[dict[str, Any]]) -> Callable[[int], str]:
     return locate
 
 
+def repeated_id_error(id_column: str | None, value: int, first: str, second: str) -> InputError:
+    """The error for the id `value` held by the rows at `first` and `second` (`write_id_index`'s,
+    and the Dask store's)."""
+    return InputError(
+        f"id column {id_column!r} ({option('id_column')}) holds the id {value} more than once "
+        f"({first} and {second}); ids must be unique (prepare refuses them too): fix the column, "
+        "or leave id_column unset for row-index ids"
+    )
+
+
 def write_id_index(directory: Path, id_column: str | None, locate: Callable[[int], str]) -> None:
     """ids.npy (the ids ascending) and rows.npy (the row of each) from the ids in row order;
     `InputError` for an id held twice. Sorted in memory (`ID_INDEX_BYTES_PER_ROW`)."""
@@ -182,12 +193,8 @@ def write_id_index(directory: Path, id_column: str | None, locate: Callable[[int
     same = np.flatnonzero(ids[1:] == ids[:-1])
     if same.size:
         k = int(same[0])
-        raise InputError(
-            f"id column {id_column!r} ({option('id_column')}) holds the id {int(ids[k])} more "
-            f"than once ({locate(int(order[k]))} and {locate(int(order[k + 1]))}); ids must be "
-            "unique (prepare refuses them too): fix the column, or leave id_column unset for "
-            "row-index ids"
-        )
+        first, second = locate(int(order[k])), locate(int(order[k + 1]))
+        raise repeated_id_error(id_column, int(ids[k]), first, second)
     # Little-endian int64 whatever the machine: the loader accepts exactly "<i8".
     np.save(directory / IDS_NAME, ids.astype("<i8", copy=False))
     np.save(directory / ROWS_NAME, order.astype("<i8", copy=False))

@@ -31,7 +31,7 @@ from seqpack_cli.prepare.token_reading import (
     inspect_token_inputs,
     stream_token_lists,
 )
-from seqpack_cli.prepared.alignment import check_pool_lengths
+from seqpack_cli.prepared.alignment import check_pool_lengths, pool_mismatch_error
 from seqpack_cli.token_sources import (
     IDS_NAME,
     INFO_NAME,
@@ -45,6 +45,8 @@ __all__ = [
     "STORE_RULES",
     "check_pools",
     "check_same_lengths",
+    "length_mismatch_error",
+    "pool_length_error",
     "write_token_store",
 ]
 
@@ -87,13 +89,23 @@ def check_same_lengths(
         bad = np.flatnonzero(mine != tokens)
         if bad.size:
             k = int(bad[0])
-            what = STORE_RULES[role].what
-            raise InputError(
-                f"{what} column {columns[role]!r} ({option(STORE_OPTIONS[role])}) holds {mine[k]} "
-                f"values in {locate(start + k)}, but token column {columns['tokens']!r} holds "
-                f"{tokens[k]} tokens there; each row needs one {what} value per token: fix the "
-                "column (or tokenise them together)"
+            raise length_mismatch_error(
+                role, columns, locate(start + k), int(mine[k]), int(tokens[k])
             )
+
+
+def length_mismatch_error(
+    role: str, columns: Mapping[str, str], where: str, values: int, tokens: int
+) -> InputError:
+    """The error for the row at `where` whose `role` list holds `values` values and its token
+    list `tokens` (`check_same_lengths`'s, and the Dask store's)."""
+    what = STORE_RULES[role].what
+    return InputError(
+        f"{what} column {columns[role]!r} ({option(STORE_OPTIONS[role])}) holds {values} "
+        f"values in {where}, but token column {columns['tokens']!r} holds {tokens} tokens "
+        f"there; each row needs one {what} value per token: fix the column (or tokenise them "
+        "together)"
+    )
 
 
 def check_pools(
@@ -113,12 +125,35 @@ def check_pools(
             locate=lambda seq_id: locate(int(source.find_rows(np.array([seq_id]))[0])),
         )
     except InputError as error:
-        problem = str(error.args[0]).partition(": the token source and")[0]
-        raise InputError(
-            f"{problem}: {option('length_column')} {length_column!r} must give each row's number "
-            f"of tokens in {option('tokens_column')} {columns['tokens']!r} (or name that column "
-            "itself)"
-        ) from None
+        raise _length_column_error(error, columns, length_column) from None
+
+
+def _length_column_error(
+    error: InputError, columns: Mapping[str, str], length_column: str
+) -> InputError:
+    """`check_pool_lengths`' error, its fix told as the length column's."""
+    problem = str(error.args[0]).partition(": the token source and")[0]
+    return InputError(
+        f"{problem}: {option('length_column')} {length_column!r} must give each row's number "
+        f"of tokens in {option('tokens_column')} {columns['tokens']!r} (or name that column "
+        "itself)"
+    )
+
+
+def pool_length_error(
+    fault: tuple[int, int, int],
+    truncated_at: int | None,
+    columns: Mapping[str, str],
+    length_column: str,
+    where: str,
+) -> InputError:
+    """`check_pools`' error for `fault` (pool length, id, stored length) of the row at
+    `where`: what the Dask store's tasks found, worded as the local store words it."""
+    pool, seq_id, length = fault
+    at_least = truncated_at is not None and pool == truncated_at
+    name = f"token column {columns['tokens']!r}"
+    error = pool_mismatch_error(name, seq_id, pool, length, at_least=at_least, where=where)
+    return _length_column_error(error, columns, length_column)
 
 
 def write_token_store(

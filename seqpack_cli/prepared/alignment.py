@@ -15,7 +15,7 @@ import numpy as np
 from seqpack_cli.errors import InputError
 from seqpack_cli.token_sources import fetch
 
-__all__ = ["check_pool_lengths"]
+__all__ = ["check_pool_lengths", "pool_mismatch_error"]
 
 _LENGTHS_CHUNK = 1 << 20  # ids per look-up (a few MiB of scratch)
 _FETCH_CHUNK = 1 << 10  # ids per fetch for a source without sequence_lengths
@@ -29,6 +29,28 @@ def _lengths_of(source: Any, seq_ids: np.ndarray, name: str) -> np.ndarray:
     chunks = range(0, seq_ids.shape[0], _FETCH_CHUNK)
     parts = [fetch(source, seq_ids[k : k + _FETCH_CHUNK], name=name)[1] for k in chunks]
     return np.concatenate(parts) if parts else np.empty(0, dtype=np.int64)
+
+
+def pool_mismatch_error(
+    name: str, seq_id: int, length: int, actual: int, *, at_least: bool, where: str | None
+) -> InputError:
+    """The error for sequence `seq_id` of pool `length` that the source `name` holds with
+    `actual` tokens (-1: not at all); `at_least` for the pool a truncating prepare cut to;
+    `where` says where its row comes from. `check_pool_lengths` raises it, and the Dask store
+    words the fault its tasks found with it."""
+    expected = (
+        f"at least {length} (pool {length} of a truncating prepare)" if at_least else str(length)
+    )
+    what = (
+        f"has no sequence id {seq_id}, which the prepared pool of length {length} holds"
+        if actual < 0
+        else f"holds {actual} tokens for sequence id {seq_id}"
+        f"{f' ({where})' if where is not None else ''}, but the prepared pools give it {expected}"
+    )
+    return InputError(
+        f"{name} {what}: the token source and the prepared directory describe different rows; "
+        "tokenise and prepare the same files in the same order (and the same id column)"
+    )
 
 
 def check_pool_lengths(
@@ -60,21 +82,6 @@ def check_pool_lengths(
                 continue
             k = int(np.flatnonzero(bad)[0])
             seq_id, actual = int(part[k]), int(found[k])
-            where = f" ({locate(seq_id)})" if locate is not None and actual >= 0 else ""
-            expected = (
-                f"at least {length} (pool {length} of a truncating prepare)"
-                if at_least
-                else str(length)
-            )
-            what = (
-                f"has no sequence id {seq_id}, which the prepared pool of length {length} holds"
-                if actual < 0
-                else f"holds {actual} tokens for sequence id {seq_id}{where}, but the prepared "
-                f"pools give it {expected}"
-            )
-            raise InputError(
-                f"{name} {what}: the token source and the prepared directory describe different "
-                "rows; tokenise and prepare the same files in the same order (and the same id "
-                "column)"
-            )
+            where = locate(seq_id) if locate is not None and actual >= 0 else None
+            raise pool_mismatch_error(name, seq_id, length, actual, at_least=at_least, where=where)
     return checked

@@ -1,10 +1,10 @@
-"""The token store's faults worded by the local store's own code, so the messages are its own.
+"""The token store's faults worded as the local store words them, from one definition each.
 
-The store tasks (`store_tasks`) only find where a fault is; the message comes from the function
-of the local two-pass store (`token_store`, `token_files`, `token_reading`) that reports it,
-run on just enough to report that one fault: `stream_error` streams the one file holding it (a
-task, on a worker: it reads rows), the others are run on the driver over a row or two of numbers
-the tasks returned.
+The store tasks (`store_tasks`) only find where a fault is. A fault of a file's rows is worded
+by the local store's reader itself, streaming the one file that holds it (`stream_error`, a
+task: it reads rows); the others are built on the driver from the few numbers the tasks
+returned, by the local store's own error functions (`token_files.repeated_id_error`,
+`token_store.length_mismatch_error`, `token_store.pool_length_error`).
 """
 
 from __future__ import annotations
@@ -19,10 +19,13 @@ import numpy as np
 from seqpack_cli.errors import InputError
 from seqpack_cli.prepare.engines.dask.fingerprints import Fingerprint
 from seqpack_cli.prepare.engines.dask.tasks import check_inputs, check_visible
-from seqpack_cli.prepare.token_files import write_id_index
-from seqpack_cli.prepare.token_reading import IDS_BY_ROW_NAME, TokenInput, stream_token_lists
-from seqpack_cli.prepare.token_store import STORE_RULES, check_pools, check_same_lengths
-from seqpack_cli.token_sources import OFFSETS_NAME
+from seqpack_cli.prepare.token_files import repeated_id_error
+from seqpack_cli.prepare.token_reading import TokenInput, stream_token_lists
+from seqpack_cli.prepare.token_store import (
+    STORE_RULES,
+    length_mismatch_error,
+    pool_length_error,
+)
 
 __all__ = ["duplicate_error", "mismatch_error", "pool_error", "stream_error"]
 
@@ -51,14 +54,8 @@ def stream_error(
 def duplicate_error(
     id_column: str, value: int, rows: tuple[int, int], locate: Callable[[int], str]
 ) -> InputError:
-    """`token_files.write_id_index`'s error for `value` held by `rows` (the first two)."""
-    with tempfile.TemporaryDirectory() as folder:
-        np.array([value, value], dtype=np.int64).tofile(Path(folder) / IDS_BY_ROW_NAME)
-        try:
-            write_id_index(Path(folder), id_column, lambda k: locate(rows[k]))
-        except InputError as error:
-            return error
-    raise AssertionError("write_id_index took a repeated id")
+    """The local store's error for `value` held by `rows` (the first two)."""
+    return repeated_id_error(id_column, value, locate(rows[0]), locate(rows[1]))
 
 
 def mismatch_error(
@@ -68,31 +65,9 @@ def mismatch_error(
     lengths: tuple[int, int],
     locate: Callable[[int], str],
 ) -> InputError:
-    """`token_store.check_same_lengths`'s error for `row`, whose `role` list holds
-    `lengths[0]` values and its tokens `lengths[1]`."""
-    with tempfile.TemporaryDirectory() as folder:
-        ours, theirs = Path(folder) / "ours", Path(folder) / "theirs"
-        for path, length in ((ours, lengths[0]), (theirs, lengths[1])):
-            path.mkdir()
-            np.save(path / OFFSETS_NAME, np.array([0, length], dtype=np.int64))
-        try:
-            check_same_lengths(ours, role, columns, lambda k: locate(row + k), theirs)
-        except InputError as error:
-            return error
-    raise AssertionError("the lengths agree")
-
-
-class _OneRow:
-    """A token source of one id, as `check_pool_lengths` asks it (`sequence_lengths`)."""
-
-    def __init__(self, seq_id: int, length: int) -> None:
-        self.seq_id, self.length = seq_id, length
-
-    def sequence_lengths(self, seq_ids: np.ndarray, *, missing: str = "raise") -> np.ndarray:
-        return np.where(np.asarray(seq_ids) == self.seq_id, self.length, -1)
-
-    def find_rows(self, seq_ids: np.ndarray, *, missing: str = "raise") -> np.ndarray:
-        return np.zeros(len(seq_ids), dtype=np.int64)
+    """The local store's error for `row`, whose `role` list holds `lengths[0]` values and its
+    tokens `lengths[1]`."""
+    return length_mismatch_error(role, columns, locate(row), lengths[0], lengths[1])
 
 
 def pool_error(
@@ -102,12 +77,7 @@ def pool_error(
     length_column: str,
     locate: Callable[[int], str],
 ) -> InputError:
-    """`token_store.check_pools`'s error for `fault` (pool length, id, row, stored length)."""
+    """The local store's error for `fault` (pool length, id, row, stored length)."""
     pool, seq_id, row, length = fault
-    source: Any = _OneRow(seq_id, length)  # all `check_pools` asks of a FlatTokenSource
-    pools = {pool: np.array([seq_id], dtype=np.int64)}
-    try:
-        check_pools(source, pools, truncated_at, columns, length_column, lambda _: locate(row))
-    except InputError as error:
-        return error
-    raise AssertionError("the pool's length is the stored one")
+    return pool_length_error((pool, seq_id, length), truncated_at, columns, length_column,
+                             locate(row))  # fmt: skip
