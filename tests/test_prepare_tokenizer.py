@@ -352,3 +352,12 @@ def test_a_bad_json_line_is_named_by_its_line(tmp_path: Path, tokenizer_dir: Pat
     result = _prepare(folder, tmp_path / "out", "--tokenizer", str(tokenizer_dir),
                       "--text-column", "text")  # fmt: skip
     _fails(result, tmp_path / "out", "rows.jsonl", "line 2")
+
+
+def test_a_repeated_id_under_split(tmp_path: Path, tokenizer_dir: Path) -> None:
+    texts = ["packing " * 40, "a model", "the bin"]
+    inputs = _write(tmp_path / "in", {"text": texts, "doc": [7, 8, 7]}, files=1)
+    result = _prepare(inputs, tmp_path / "out", "--tokenizer", str(tokenizer_dir),
+                      "--text-column", "text", "--id-column", "doc", "--over-cap", "split",
+                      max_seq_len=16)  # fmt: skip
+    _fails(result, tmp_path / "out", "--id-column", "more than once")

@@ -49,7 +49,7 @@ from seqpack_cli.prepared.mounts import remove_tree
 from seqpack_cli.progress import ProgressCallback
 from seqpack_cli.token_sources import IDS_NAME, INFO_NAME, OFFSETS_NAME, ROWS_NAME, TOKENS_NAME
 
-__all__ = ["Fallback", "OnePass", "read_in_one_pass"]
+__all__ = ["Fallback", "OnePass", "close_store", "read_in_one_pass", "write_error"]
 
 logger = logging.getLogger(__name__)
 
@@ -216,6 +216,24 @@ def _discard(root: Path) -> None:
         remove_tree(root / role)
 
 
+def close_store(
+    store: StreamedStore, root: Path, files: Sequence[TokenInput], id_column: str | None
+) -> tuple[dict[str, str | None], dict[str, int] | None]:
+    """Once every row is in `store`: its files closed, the pieces numbered, the id index
+    written (`InputError` for a repeated id, `Fault` for a split sequence's id held by another
+    sequence too); each file's sha256 (None: hash it by reading it) and the split's figures."""
+    digests = store.close_files()
+    split = store.number_pieces()
+    if store.with_index:
+        locate = row_locator(
+            [{"path": file.path.as_posix(), "num_rows": file.num_rows} for file in files]
+        )
+        write_id_index(root / "tokens", id_column, locate)
+        if store.split_ids_repeat():
+            raise Fault("a split sequence's id is another sequence's too")
+    return digests, split
+
+
 @dataclass(frozen=True)
 class Fallback:
     """The one pass stopped at `error` (a `Fault`, or an `InputError` of the checks it shares
@@ -256,15 +274,7 @@ def read_in_one_pass(
         raise write_error(config, error) from None
     try:
         _stream(store, spec, config, progress)
-        digests = store.close_files()
-        split = store.number_pieces()
-        if store.with_index:
-            locate = row_locator(
-                [{"path": file.path.as_posix(), "num_rows": file.num_rows} for file in spec.files]
-            )
-            write_id_index(root / "tokens", config.id_column, locate)
-            if store.split_ids_repeat():
-                raise Fault("a split sequence's id is another sequence's too")
+        digests, split = close_store(store, root, spec.files, config.id_column)
     except (Fault, InputError) as fault:
         store.abort()
         logger.info("one pass: %s; the two passes word it", fault)

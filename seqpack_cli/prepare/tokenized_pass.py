@@ -22,13 +22,12 @@ import pyarrow as pa
 from seqpack_cli.errors import ConfigError, InputError, option
 from seqpack_cli.prepare.config import PrepareConfig
 from seqpack_cli.prepare.input_batches import input_kind, line_of_row, read_batches
-from seqpack_cli.prepare.one_pass import OnePass, write_error
+from seqpack_cli.prepare.one_pass import OnePass, close_store, write_error
 from seqpack_cli.prepare.ordered import ordered_parallel
 from seqpack_cli.prepare.pools.offsets import num_workers
 from seqpack_cli.prepare.streamed_store import StreamedStore
-from seqpack_cli.prepare.token_files import row_locator, write_id_index
 from seqpack_cli.prepare.token_reading import TokenInput
-from seqpack_cli.prepare.token_stream import StreamSpec, TokenBatch
+from seqpack_cli.prepare.token_stream import Fault, StreamSpec, TokenBatch
 from seqpack_cli.prepare.tokenize_options import TokenizeOptions
 from seqpack_cli.prepared import PreparedWriter
 from seqpack_cli.progress import ProgressCallback
@@ -210,13 +209,14 @@ def read_tokenized(
                     progress("tokenize", store.num_rows, store.num_input_rows)
         finally:
             batches.close()
-        digests = store.close_files()
-        split = store.number_pieces()
-        if store.with_index:
-            locate = row_locator(
-                [{"path": file.path.as_posix(), "num_rows": file.num_rows} for file in files]
-            )
-            write_id_index(root / "tokens", config.id_column, locate)
+        try:
+            digests, split = close_store(store, root, files, config.id_column)
+        except Fault:  # no two passes to word it here: the one fault it stands for
+            raise InputError(
+                f"id column {config.id_column!r} ({option('id_column')}) holds an id more than "
+                "once (a sequence split into pieces shares its id with another); ids must be "
+                "unique: fix the column, or leave the id column out for row-index ids"
+            ) from None
     except OSError as error:
         store.abort()
         raise write_error(config, error) from None
