@@ -186,6 +186,19 @@ os.execv(sys.argv[1], sys.argv[1:])
 """
 
 
+def assert_failed_cleanly(result: Any, output: Path, *fragments: str) -> None:
+    """A `seqpack` run (CliRunner's result) that failed as bad input must: exit code 1, one line
+    on stderr holding every fragment and no traceback, and nothing written at `output` (nor a
+    temporary sibling of it)."""
+    assert result.exit_code == 1, result.output
+    message = result.stderr.strip()
+    assert len(message.splitlines()) == 1 and "Traceback" not in message, message
+    for fragment in fragments:
+        assert fragment in message, message
+    assert not output.exists()
+    assert not [p for p in output.parent.iterdir() if p.name.startswith(f".{output.name}")]
+
+
 def with_default_signals(command: Sequence[str]) -> list[str]:
     """`command` (its program a path, such as sys.executable) as a command line that runs it with
     SIGINT and SIGTERM at their defaults, whatever this process ignores: for tests that signal

@@ -18,6 +18,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
+from conftest import assert_failed_cleanly
 from typer.testing import CliRunner
 
 from seqpack_cli import load_prepared
@@ -185,13 +186,7 @@ def test_verify_notices_an_object_rewritten_since(s3: tuple[str, Path], tmp_path
 def _fails(args: list[str], output: Path, *fragments: str) -> None:
     result = CliRunner().invoke(app, ["prepare", *args, "-o", str(output), "--length-column",
                                       "n", "--max-seq-len", "64"])  # fmt: skip
-    assert result.exit_code == 1, result.output
-    message = result.stderr.strip()
-    assert len(message.splitlines()) == 1 and "Traceback" not in message, message
-    for fragment in fragments:
-        assert fragment in message, message
-    assert not output.exists()
-    assert not [p for p in output.parent.iterdir() if p.name.startswith(f".{output.name}")]
+    assert_failed_cleanly(result, output, *fragments)
 
 
 def test_remote_failures_are_one_line(s3: tuple[str, Path], tmp_path: Path) -> None:

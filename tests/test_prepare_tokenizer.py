@@ -17,6 +17,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
+from conftest import assert_failed_cleanly
 from tokenizer_fixtures import (
     UNMARKED_TEMPLATE,
     build_bpe_tokenizer,
@@ -221,14 +222,7 @@ def test_the_manifest_records_the_tokenizer_and_refuses_another(
 # ---- bad input: one line, exit 1, nothing written -------------------------------------------
 
 
-def _fails(result: Any, output: Path, *fragments: str) -> None:
-    assert result.exit_code == 1, result.output
-    message = result.stderr.strip()
-    assert len(message.splitlines()) == 1 and "Traceback" not in message, message
-    for fragment in fragments:
-        assert fragment in message, message
-    assert not output.exists()
-    assert not [p for p in output.parent.iterdir() if p.name.startswith(f".{output.name}")]
+_fails = assert_failed_cleanly
 
 
 def test_a_missing_tokenizer(tmp_path: Path) -> None:
