@@ -24,12 +24,13 @@ import re
 import socket
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -84,32 +85,36 @@ def moto_server(*, auth: bool = False, timeout_s: float = 30.0) -> Iterator[str]
     env = {**os.environ, **CREDENTIALS}
     if auth:
         env["INITIAL_NO_AUTH_ACTION_COUNT"] = "0"
-    process = subprocess.Popen(
-        [sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)],
-        env=env,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.PIPE,
-    )
-    endpoint = f"http://127.0.0.1:{port}"
-    try:
-        _wait_until_up(endpoint, process, timeout_s)
-        yield endpoint
-    finally:
-        process.terminate()
+    # The server logs a line per request on stderr: into a file, never an unread pipe (a full
+    # pipe stops the server after ~700 requests).
+    with tempfile.TemporaryFile() as log:
+        process = subprocess.Popen(
+            [sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)],
+            env=env,
+            stdout=subprocess.DEVNULL,
+            stderr=log,
+        )
+        endpoint = f"http://127.0.0.1:{port}"
         try:
-            process.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait()
-        if process.stderr is not None:
-            process.stderr.close()
+            _wait_until_up(endpoint, process, log, timeout_s)
+            yield endpoint
+        finally:
+            process.terminate()
+            try:
+                process.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                process.kill()
+                process.wait()
 
 
-def _wait_until_up(endpoint: str, process: subprocess.Popen[bytes], timeout_s: float) -> None:
+def _wait_until_up(
+    endpoint: str, process: subprocess.Popen[bytes], log: IO[bytes], timeout_s: float
+) -> None:
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
         if process.poll() is not None:
-            error = process.stderr.read().decode() if process.stderr else ""
+            log.seek(0)
+            error = log.read().decode(errors="replace")
             raise RuntimeError(f"moto server exited with {process.returncode}: {error[-2000:]}")
         try:
             # moto's own API answers whatever the auth mode.

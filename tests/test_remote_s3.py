@@ -354,3 +354,23 @@ def test_arrow_dataset_refuses_what_it_cannot_scan(endpoint: str, options: dict[
     gone = RemoteFile("s3://corpus/data/gone.parquet", 10, None)
     with pytest.raises(InputError, match=r"^s3://corpus/data/gone\.parquet: no such object"):
         arrow_dataset([gone], options)
+
+
+@pytest.mark.slow
+def test_a_prefix_of_more_objects_than_a_listing_page(
+    endpoint: str, options: dict[str, str]
+) -> None:
+    from concurrent.futures import ThreadPoolExecutor
+
+    # S3 lists 1,000 keys a page: 1,100 objects take two pages, and 1,100 HEADs for the ETags.
+    client = s3_client(endpoint)
+    client.create_bucket(Bucket="paged")
+    keys = [f"d/{index % 7}/{index:05d}.jsonl" for index in range(1_100)]
+    with ThreadPoolExecutor(8) as pool:
+        etags = list(
+            pool.map(lambda key: client.put_object(Bucket="paged", Key=key, Body=b"{}\n"), keys)
+        )
+    files = resolve_remote(["s3://paged/d/"], options)
+    assert [file.url for file in files] == sorted(f"s3://paged/{key}" for key in keys)
+    by_url = {f"s3://paged/{key}": put["ETag"] for key, put in zip(keys, etags, strict=True)}
+    assert all(file.version == by_url[file.url] and file.size == 3 for file in files)
