@@ -185,3 +185,15 @@ def test_a_stream_reads_front_to_back_in_few_requests(server: RangeServer, folde
     # One HEAD, then ceil(size / 256 KiB) range GETs (and one at the end that finds nothing).
     assert server.requests <= 2 + -(-size // (256 << 10)), (server.requests, size)
     assert server.bytes_served == size
+
+
+def test_files_and_filesystems_pickle_for_workers(server: RangeServer, folder: Path) -> None:
+    import pickle
+
+    # Dask workers get the files (and may get a filesystem) pickled: both must come back whole.
+    (file,) = resolve_remote([f"{server.url}/lines.jsonl"])
+    assert pickle.loads(pickle.dumps(file)) == file
+    filesystem, path = arrow_filesystem(file.url)
+    copy = pickle.loads(pickle.dumps(filesystem))
+    with copy.open_input_file(path) as handle:
+        assert handle.read() == (folder / "lines.jsonl").read_bytes()

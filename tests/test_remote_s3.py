@@ -374,3 +374,11 @@ def test_a_prefix_of_more_objects_than_a_listing_page(
     assert [file.url for file in files] == sorted(f"s3://paged/{key}" for key in keys)
     by_url = {f"s3://paged/{key}": put["ETag"] for key, put in zip(keys, etags, strict=True)}
     assert all(file.version == by_url[file.url] and file.size == 3 for file in files)
+
+
+def test_an_s3_filesystem_pickles_for_workers(options: dict[str, str]) -> None:
+    import pickle
+
+    filesystem, path = arrow_filesystem("s3://corpus/data/e.jsonl", options)
+    with pickle.loads(pickle.dumps(filesystem)).open_input_file(path) as handle:
+        assert handle.read() == LAYOUT["data/e.jsonl"]
