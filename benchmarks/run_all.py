@@ -42,6 +42,10 @@ SCRIPTS = [
     "bench_training.py",
     "bench_balance.py",
     "bench_repack.py",
+    "bench_tokenize_kernel.py",
+    "bench_tokenize.py",
+    "bench_remote_read.py",
+    "bench_remote.py",
 ]
 # The quick form of a script whose flag is not --quick: bench_training's tiny CPU configuration
 # (its full form needs a CUDA GPU and says so in one line without one), bench_balance's tiny sizes.
