@@ -27,6 +27,7 @@ def driver_seconds(num_groups: int, num_lengths: int) -> tuple[float, float]:
     """The driver's own work between phases at that many file groups and distinct lengths:
     each group's histogram added up and kept as it arrives, the sum checked, the merge units;
     (seconds, peak MiB that work allocates, by tracemalloc)."""
+    from seqpack_cli.over_cap import OverCap
     from seqpack_cli.prepare.engines.dask.groups import (
         GroupHistogram,
         HistogramTotal,
@@ -49,7 +50,7 @@ def driver_seconds(num_groups: int, num_lengths: int) -> tuple[float, float]:
     counts = []
     for part in arriving():
         total.add(part)
-        counts.append(kept_counts(part, MAX_SEQ_LEN, "drop"))
+        counts.append(kept_counts(part, OverCap("drop", MAX_SEQ_LEN)))
     num_rows = sum(count.num_ids for count in counts)
     files = [InputFile(Path("/x.parquet"), 1, num_rows, (("num_tokens", "INTEGER"),))]
     kept = checked_histogram(files, "num_tokens", [total.part()])
