@@ -458,7 +458,7 @@ def test_a_full_disk_while_the_store_streams_is_one_line(
     import errno
 
     from seqpack_cli.errors import ConfigError
-    from seqpack_cli.prepare import hashed_files
+    from seqpack_cli.prepare import store_files
 
     _write(tmp_path, _sequences(200))
     calls = []
@@ -468,7 +468,7 @@ def test_a_full_disk_while_the_store_streams_is_one_line(
         if len(calls) > 3:
             raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
 
-    monkeypatch.setattr(hashed_files, "write_all", full)
+    monkeypatch.setattr(store_files, "write_all", full)
     with pytest.raises(ConfigError) as error:
         prepare_dataset(_config(tmp_path, "out", tuning=PoolTuning()))
     text = str(error.value)

@@ -17,9 +17,9 @@ a `prepared/` directory.
   `pools/{length}.npy` files;
 - the token store (`--tokens-column`): `one_pass` reads the token column once
   (`token_stream` decodes it in threads, `ordered` hands the work units over in order) and
-  `streamed_store` writes the store as it streams, through `hashed_files` (written and hashed
-  front to back); `token_store` is the store of the two-pass job; `num_targets`: the
-  `num_targets.npy` post-pass of every store;
+  `streamed_store` writes the store as it streams, through `store_files` (the store files'
+  `.npy` headers; files written and hashed front to back); `token_store` is the store of the
+  two-pass job; `num_targets`: the `num_targets.npy` post-pass of every store;
 - text in (`--tokenizer`): `tokenize_options` (`TokenizeOptions`), `text_inputs` (the text
   columns checked in the footers), `tokenized_pass` (the text read once, tokenized by
   `seqpack_cli.tokenize`, stored as the one pass stores a token column);

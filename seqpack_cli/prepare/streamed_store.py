@@ -28,7 +28,7 @@ import numpy as np
 
 from seqpack_cli.errors import InputError, option
 from seqpack_cli.over_cap import cut_lengths
-from seqpack_cli.prepare.hashed_files import StoreFile, Writes
+from seqpack_cli.prepare.store_files import StoreFile, Writes
 from seqpack_cli.prepare.token_reading import IDS_BY_ROW_NAME
 from seqpack_cli.prepare.token_stream import StreamSpec, TokenBatch
 from seqpack_cli.token_sources import IDS_NAME, OFFSETS_NAME, PIECES_NAME, ROWS_NAME, TOKENS_NAME

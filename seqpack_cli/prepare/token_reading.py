@@ -24,10 +24,10 @@ import pyarrow.parquet as pq
 
 from seqpack_cli.errors import InputError, option
 from seqpack_cli.prepare.input_batches import input_kind
+from seqpack_cli.prepare.store_files import HEADER_BYTES, npy_header
 from seqpack_cli.token_sources import OFFSETS_NAME, TOKENS_NAME
 
 __all__ = [
-    "HEADER_BYTES",
     "IDS_BY_ROW_NAME",
     "TARGET_VALUES_PER_BATCH",
     "TokenInput",
@@ -36,7 +36,6 @@ __all__ = [
     "choose_signed_dtype",
     "inspect_token_input",
     "inspect_token_inputs",
-    "npy_header",
     "stream_token_lists",
 ]
 
@@ -44,8 +43,6 @@ TARGET_VALUES_PER_BATCH = 1 << 19
 """Token values per Arrow batch, about (rows per batch from the footer's values per row)."""
 _MAX_BATCH_ROWS = 1 << 16
 _READ_BUFFER = 1 << 22  # bytes read at a time: pages stream instead of whole column chunks
-HEADER_BYTES = 128
-"""The .npy headers' size, so tokens.npy's is rewritten in place once its count is known."""
 IDS_BY_ROW_NAME = ".ids-by-row"
 """Scratch file of the ids in row order (raw int64), turned into the id index."""
 
@@ -323,15 +320,6 @@ def _ids(array: pa.Array, file: TokenInput, id_column: str, first_row: int) -> n
             f"{first_row + index} (0-based), over int64; prepare refuses such ids too"
         )
     return ids.astype(np.int64, copy=False)
-
-
-def npy_header(dtype: np.dtype[Any], count: int) -> bytes:
-    """A version 1.0 .npy header of a 1-d array, padded to `HEADER_BYTES` bytes (so a header
-    written before the count was known can be rewritten in place)."""
-    text = f"{{'descr': {np.lib.format.dtype_to_descr(dtype)!r}, 'fortran_order': False, "
-    text += f"'shape': ({count},), }}"
-    body = text.ljust(HEADER_BYTES - 10 - 1) + "\n"
-    return b"\x93NUMPY\x01\x00" + len(body).to_bytes(2, "little") + body.encode("latin1")
 
 
 def _write(out: BinaryIO, array: np.ndarray) -> None:

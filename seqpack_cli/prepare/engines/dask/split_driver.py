@@ -41,8 +41,8 @@ from seqpack_cli.prepare.engines.dask.split_tasks import (
 from seqpack_cli.prepare.engines.dask.store_driver import StoreHooks
 from seqpack_cli.prepare.pools.offsets import changed_error
 from seqpack_cli.prepare.pools.scan import PoolScan
+from seqpack_cli.prepare.store_files import npy_header
 from seqpack_cli.prepare.streamed_store import piece_ids_error
-from seqpack_cli.prepare.token_reading import npy_header
 from seqpack_cli.prepared import PreparedWriter, pool_file_name
 from seqpack_cli.prepared.pool_files import npy_header as pool_header
 from seqpack_cli.token_sources import IDS_NAME, OFFSETS_NAME, PIECES_NAME, ROWS_NAME

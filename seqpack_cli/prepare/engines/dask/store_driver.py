@@ -54,11 +54,9 @@ from seqpack_cli.prepare.engines.dask.store_tasks import (
 from seqpack_cli.prepare.engines.dask.tasks import TaskSettings
 from seqpack_cli.prepare.one_pass import write_error
 from seqpack_cli.prepare.pools.offsets import changed_error
+from seqpack_cli.prepare.store_files import npy_header
 from seqpack_cli.prepare.token_files import row_locator, source_info
-from seqpack_cli.prepare.token_reading import (
-    TokenInput,
-    npy_header,
-)
+from seqpack_cli.prepare.token_reading import TokenInput
 from seqpack_cli.prepare.token_store import STORE_RULES
 from seqpack_cli.prepared import PreparedWriter
 from seqpack_cli.token_sources import (

@@ -22,7 +22,7 @@ import numpy as np
 from seqpack_cli.prepare.engines.dask.merge import pwrite_all
 from seqpack_cli.prepare.engines.dask.store_tasks import id_run_paths
 from seqpack_cli.prepare.engines.dask.tasks import check_visible
-from seqpack_cli.prepare.token_reading import HEADER_BYTES
+from seqpack_cli.prepare.store_files import HEADER_BYTES
 from seqpack_cli.token_sources import IDS_NAME, ROWS_NAME
 
 __all__ = ["IndexPart", "IndexRange", "hash_store_file", "write_index_range"]

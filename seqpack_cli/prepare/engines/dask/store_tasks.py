@@ -29,8 +29,8 @@ from seqpack_cli.over_cap import OverCap
 from seqpack_cli.prepare.engines.dask.fingerprints import Fingerprint
 from seqpack_cli.prepare.engines.dask.merge import pwrite_all
 from seqpack_cli.prepare.engines.dask.tasks import TaskSettings, check_inputs, check_visible
+from seqpack_cli.prepare.store_files import HEADER_BYTES
 from seqpack_cli.prepare.token_reading import (
-    HEADER_BYTES,
     TARGET_VALUES_PER_BATCH,
     TokenInput,
 )

@@ -1,4 +1,5 @@
-"""`.npy` files written front to back and hashed as they are written: `StoreFile`, `Writes`.
+"""The token store's `.npy` files: their header (`HEADER_BYTES`, `npy_header`), and files written
+front to back and hashed as they are written (`StoreFile`, `Writes`).
 
 The one-pass store writes gigabytes; hashing them (sha256) and copying them into the page cache
 (the write system calls) each take a core's time, so they run side by side: the caller hashes
@@ -20,13 +21,24 @@ from typing import Any
 import numpy as np
 
 from seqpack_cli.interrupts import signals_held
-from seqpack_cli.prepare.token_reading import npy_header
 from seqpack_cli.prepared.pool_files import write_all
 
-__all__ = ["StoreFile", "Writes"]
+__all__ = ["HEADER_BYTES", "StoreFile", "Writes", "npy_header"]
+
+HEADER_BYTES = 128
+"""The .npy headers' size, so tokens.npy's is rewritten in place once its count is known."""
 
 _MAX_QUEUED_BYTES = 1 << 26
 _POLL_SECONDS = 0.1  # waits wake up this often, so signals reach the main thread
+
+
+def npy_header(dtype: np.dtype[Any], count: int) -> bytes:
+    """A version 1.0 .npy header of a 1-d array, padded to `HEADER_BYTES` bytes (so a header
+    written before the count was known can be rewritten in place)."""
+    text = f"{{'descr': {np.lib.format.dtype_to_descr(dtype)!r}, 'fortran_order': False, "
+    text += f"'shape': ({count},), }}"
+    body = text.ljust(HEADER_BYTES - 10 - 1) + "\n"
+    return b"\x93NUMPY\x01\x00" + len(body).to_bytes(2, "little") + body.encode("latin1")
 
 
 class Writes:
