@@ -23,7 +23,15 @@ import numpy as np
 from seqpack_cli.interrupts import signals_held
 from seqpack_cli.prepared.pool_files import write_all
 
-__all__ = ["HEADER_BYTES", "StoreFile", "Writes", "npy_header"]
+__all__ = [
+    "HEADER_BYTES",
+    "StoreFile",
+    "Writes",
+    "create_sized",
+    "npy_header",
+    "pieces_header",
+    "pwrite_at",
+]
 
 HEADER_BYTES = 128
 """The .npy headers' size, so tokens.npy's is rewritten in place once its count is known."""
@@ -39,6 +47,47 @@ def npy_header(dtype: np.dtype[Any], count: int) -> bytes:
     text += f"'shape': ({count},), }}"
     body = text.ljust(HEADER_BYTES - 10 - 1) + "\n"
     return b"\x93NUMPY\x01\x00" + len(body).to_bytes(2, "little") + body.encode("latin1")
+
+
+def pieces_header(count: int) -> bytes:
+    """`np.save`'s header of a (count, 3) int64 array (`pieces.npy`): `npy_header`'s, with a
+    second axis, the same size (so its values start at `HEADER_BYTES` too)."""
+    one_d = npy_header(np.dtype("<i8"), count)
+    body = one_d[10:].decode("latin1").rstrip().replace(",)", ", 3)", 1)
+    body = body.ljust(len(one_d) - 10 - 1) + "\n"
+    return one_d[:10] + body.encode("latin1")
+
+
+def create_sized(path: Path, header: bytes, num_bytes: int) -> None:
+    """Create `path` with `header`, then `num_bytes` of zeros (sparse), so tasks can write their
+    values at known positions in any order.
+
+    Args:
+        path: the file, created or truncated.
+        header: its `.npy` header (`npy_header`, `pieces_header`).
+        num_bytes: the size of its values.
+    """
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+    try:
+        os.write(fd, header)
+        os.ftruncate(fd, len(header) + num_bytes)
+    finally:
+        os.close(fd)
+
+
+def pwrite_at(fd: int, buffer: Any, offset: int) -> None:
+    """Write all of `buffer` at byte `offset` of the open file `fd` (a pwrite may be partial):
+    the one positional write loop of the package.
+
+    Args:
+        fd: a file descriptor open for writing.
+        buffer: a contiguous buffer (a C-contiguous array, bytes, a memoryview).
+        offset: the byte position of its first byte.
+    """
+    view = memoryview(buffer).cast("B")
+    done = 0
+    while done < len(view):
+        done += os.pwrite(fd, view[done:], offset + done)
 
 
 class Writes:

@@ -24,7 +24,7 @@ import pyarrow.parquet as pq
 
 from seqpack_cli.errors import InputError, option
 from seqpack_cli.prepare.input_batches import input_kind
-from seqpack_cli.prepare.store_files import HEADER_BYTES, npy_header
+from seqpack_cli.prepare.store_files import npy_header
 from seqpack_cli.token_sources import OFFSETS_NAME, TOKENS_NAME
 
 __all__ = [
@@ -345,7 +345,7 @@ def stream_token_lists(
         open(directory / OFFSETS_NAME, "wb") as offsets,
         open(os.devnull if id_column is None else directory / IDS_BY_ROW_NAME, "wb") as ids,
     ):
-        tokens.write(bytes(HEADER_BYTES))  # rewritten once the count is known
+        tokens.write(npy_header(dtype, 0))  # rewritten once the count is known
         offsets.write(npy_header(np.dtype("<i8"), num_rows + 1))
         _write(offsets, np.zeros(1, dtype=np.int64))
         for file in files:

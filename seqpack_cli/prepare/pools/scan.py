@@ -51,6 +51,7 @@ from seqpack_cli.prepare.pools.split import split_pools
 from seqpack_cli.prepare.pools.stream import NullIds, stream_batches
 from seqpack_cli.prepare.pools.tuning import PoolTuning
 from seqpack_cli.prepare.scan import length_query, location
+from seqpack_cli.prepare.store_files import pwrite_at
 from seqpack_cli.progress import ProgressCallback
 
 __all__ = [
@@ -168,9 +169,8 @@ _ZEROS_BYTES = 1 << 23
 
 def _write_zeros(fd: int, num_bytes: int) -> None:
     zeros = bytes(min(num_bytes, _ZEROS_BYTES))
-    done = 0
-    while done < num_bytes:
-        done += os.pwrite(fd, memoryview(zeros)[: min(len(zeros), num_bytes - done)], done)
+    for done in range(0, num_bytes, len(zeros)):
+        pwrite_at(fd, memoryview(zeros)[: min(len(zeros), num_bytes - done)], done)
 
 
 def check_bits_log2(num_ids: int, tuning: PoolTuning) -> int:

@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from seqpack_cli.prepare.pools.offsets import changed_error
+from seqpack_cli.prepare.store_files import pwrite_at
 
 __all__ = [
     "MIN_BLOCK",
@@ -123,18 +124,12 @@ def pwrite_encoded(fd: int, ids: np.ndarray, start: int, encoding: RunEncoding) 
         pwrite_all(fd, ids, start)
         return
     for at in range(0, ids.size, _ENCODE_CHUNK):
-        view = encoding.encode(ids[at : at + _ENCODE_CHUNK]).data.cast("B")
-        done, offset = 0, 4 * (start + at)
-        while done < len(view):
-            done += os.pwritev(fd, [view[done:]], offset + done)
+        pwrite_at(fd, encoding.encode(ids[at : at + _ENCODE_CHUNK]), 4 * (start + at))
 
 
 def pwrite_all(fd: int, data: np.ndarray, start: int) -> None:
     """Write int64 `data` at id position `start` of an open file (a write may be partial)."""
-    view = np.ascontiguousarray(data, dtype=np.int64).data.cast("B")
-    done = 0
-    while done < len(view):
-        done += os.pwritev(fd, [view[done:]], 8 * start + done)
+    pwrite_at(fd, np.ascontiguousarray(data, dtype=np.int64), 8 * start)
 
 
 class _Reader:

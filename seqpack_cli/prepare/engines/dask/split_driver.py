@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable, Mapping, Sequence
-from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -41,7 +40,7 @@ from seqpack_cli.prepare.engines.dask.split_tasks import (
 from seqpack_cli.prepare.engines.dask.store_driver import StoreHooks
 from seqpack_cli.prepare.pools.offsets import changed_error
 from seqpack_cli.prepare.pools.scan import PoolScan
-from seqpack_cli.prepare.store_files import npy_header
+from seqpack_cli.prepare.store_files import create_sized, npy_header, pieces_header
 from seqpack_cli.prepare.streamed_store import piece_ids_error
 from seqpack_cli.prepared import PreparedWriter, pool_file_name
 from seqpack_cli.prepared.pool_files import npy_header as pool_header
@@ -52,24 +51,6 @@ __all__ = ["ClusterSplit"]
 _POOLS_PER_HASH_TASK = 64
 
 Call = tuple[Callable[..., Any], tuple[Any, ...], int]
-
-
-def _create(path: Path, header: bytes, num_bytes: int) -> None:
-    """`path` with `header`, then `num_bytes` of zeros (sparse)."""
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
-    try:
-        os.write(fd, header)
-        os.ftruncate(fd, len(header) + num_bytes)
-    finally:
-        os.close(fd)
-
-
-def _pieces_header(count: int) -> bytes:
-    """`np.save`'s header of a (count, 3) int64 array: `npy_header`'s, with a second axis."""
-    one_d = npy_header(np.dtype("<i8"), count)
-    body = one_d[10:].decode("latin1").rstrip().replace(",)", ", 3)", 1)
-    body = body.ljust(len(one_d) - 10 - 1) + "\n"
-    return one_d[:10] + body.encode("latin1")
 
 
 class ClusterSplit:
@@ -172,16 +153,18 @@ class ClusterSplit:
         the scratch file, every pool (the truncate pools' files replaced)."""
         int64 = np.dtype("<i8")
         for folder in job.folders:
-            _create(folder / new_name(OFFSETS_NAME), npy_header(int64, num_store_rows + 1),
+            create_sized(folder / new_name(OFFSETS_NAME), npy_header(int64, num_store_rows + 1),
                     8 * (num_store_rows + 1))  # fmt: skip
             for name in (IDS_NAME, ROWS_NAME):
-                _create(folder / new_name(name), npy_header(int64, num_store_rows),
+                create_sized(folder / new_name(name), npy_header(int64, num_store_rows),
                         8 * num_store_rows)  # fmt: skip
-        _create(job.folders[0] / new_name(PIECES_NAME), _pieces_header(num_pieces),
+        create_sized(job.folders[0] / new_name(PIECES_NAME), pieces_header(num_pieces),
                 24 * num_pieces)  # fmt: skip
-        _create(job.store_rows, b"", 8 * num_rows)
+        create_sized(job.store_rows, b"", 8 * num_rows)
         for length, count in self.kept.items():
-            _create(self.writer.tmp_path / pool_file_name(length), pool_header(count), 8 * count)
+            create_sized(
+                self.writer.tmp_path / pool_file_name(length), pool_header(count), 8 * count
+            )
 
     def _record_pools(self) -> None:
         """Every pool file hashed by tasks, several to a task, and recorded."""

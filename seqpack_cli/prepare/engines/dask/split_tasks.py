@@ -31,7 +31,7 @@ from seqpack_cli.over_cap import cut_lengths
 from seqpack_cli.prepare.engines.dask.merge import pwrite_all
 from seqpack_cli.prepare.engines.dask.store_index import hash_store_file
 from seqpack_cli.prepare.engines.dask.tasks import TaskSettings, check_visible
-from seqpack_cli.prepare.store_files import HEADER_BYTES
+from seqpack_cli.prepare.store_files import HEADER_BYTES, pwrite_at
 from seqpack_cli.prepared.pool_files import pool_file_name
 from seqpack_cli.token_sources import IDS_NAME, OFFSETS_NAME, PIECES_NAME, ROWS_NAME
 
@@ -229,13 +229,12 @@ def _into_pools(root: Path, lengths: np.ndarray, ids: np.ndarray, where: dict[in
     for length, begin, end in zip(found.tolist(), starts.tolist(), ends, strict=True):
         fd = os.open(root / pool_file_name(length), os.O_WRONLY)
         try:
-            view = np.ascontiguousarray(grouped[begin:end], dtype=np.int64).data.cast("B")
-            done, offset = 0, where[length]
-            while done < len(view):
-                done += os.pwritev(fd, [view[done:]], offset + done)
+            chunk = np.ascontiguousarray(grouped[begin:end], dtype=np.int64)
+            offset = where[length]
+            pwrite_at(fd, chunk, offset)
         finally:
             os.close(fd)
-        where[length] = offset + len(view)
+        where[length] = offset + chunk.nbytes
 
 
 def write_ids(job: SplitJob, start: int, stop: int, plan: IdPlan) -> None:

@@ -21,7 +21,6 @@ row), phase 3 runs again with the counts it found.
 from __future__ import annotations
 
 import json
-import os
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -54,7 +53,7 @@ from seqpack_cli.prepare.engines.dask.store_tasks import (
 from seqpack_cli.prepare.engines.dask.tasks import TaskSettings
 from seqpack_cli.prepare.one_pass import write_error
 from seqpack_cli.prepare.pools.offsets import changed_error
-from seqpack_cli.prepare.store_files import npy_header
+from seqpack_cli.prepare.store_files import create_sized, npy_header
 from seqpack_cli.prepare.token_files import row_locator, source_info
 from seqpack_cli.prepare.token_reading import TokenInput
 from seqpack_cli.prepare.token_store import STORE_RULES
@@ -90,13 +89,7 @@ class StoreHooks:
 
 def _create(path: Path, dtype: np.dtype[Any], count: int) -> None:
     """`path` with its .npy header for `count` values, at its full size (zeros, sparse)."""
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
-    try:
-        header = npy_header(dtype, count)
-        os.write(fd, header)
-        os.ftruncate(fd, len(header) + dtype.itemsize * count)
-    finally:
-        os.close(fd)
+    create_sized(path, npy_header(dtype, count), dtype.itemsize * count)
 
 
 class _Store:

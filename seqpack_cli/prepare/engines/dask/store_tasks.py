@@ -29,7 +29,7 @@ from seqpack_cli.over_cap import OverCap
 from seqpack_cli.prepare.engines.dask.fingerprints import Fingerprint
 from seqpack_cli.prepare.engines.dask.merge import pwrite_all
 from seqpack_cli.prepare.engines.dask.tasks import TaskSettings, check_inputs, check_visible
-from seqpack_cli.prepare.store_files import HEADER_BYTES
+from seqpack_cli.prepare.store_files import HEADER_BYTES, pwrite_at
 from seqpack_cli.prepare.token_reading import (
     TARGET_VALUES_PER_BATCH,
     TokenInput,
@@ -109,10 +109,8 @@ class _Writer:
 
     def values(self, role: str, values: np.ndarray, at: int) -> None:
         dtype = self.job.dtypes[role]
-        view = np.ascontiguousarray(values, dtype=dtype).data.cast("B")
-        done, start = 0, HEADER_BYTES + dtype.itemsize * at
-        while done < len(view):
-            done += os.pwritev(self.fds[role], [view[done:]], start + done)
+        array = np.ascontiguousarray(values, dtype=dtype)
+        pwrite_at(self.fds[role], array, HEADER_BYTES + dtype.itemsize * at)
 
     def offsets(self, ends: np.ndarray, first_row: int) -> None:
         """`ends` (the offsets of rows first_row + 1, ...) into every role's offsets.npy."""
