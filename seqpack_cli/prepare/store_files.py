@@ -16,7 +16,7 @@ import os
 import threading
 from collections import deque
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 
 import numpy as np
 
@@ -27,6 +27,7 @@ __all__ = [
     "HEADER_BYTES",
     "StoreFile",
     "Writes",
+    "append_values",
     "create_sized",
     "npy_header",
     "pieces_header",
@@ -56,6 +57,12 @@ def pieces_header(count: int) -> bytes:
     body = one_d[10:].decode("latin1").rstrip().replace(",)", ", 3)", 1)
     body = body.ljust(len(one_d) - 10 - 1) + "\n"
     return one_d[:10] + body.encode("latin1")
+
+
+def append_values(out: BinaryIO, values: np.ndarray) -> None:
+    """Write `values`' bytes at `out`'s position (a file written front to back, unhashed: the
+    two-pass store's `stream_token_lists`)."""
+    out.write(np.ascontiguousarray(values).data.cast("B"))
 
 
 def create_sized(path: Path, header: bytes, num_bytes: int) -> None:

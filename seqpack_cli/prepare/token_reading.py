@@ -15,7 +15,7 @@ import os
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, BinaryIO
+from typing import Any
 
 import numpy as np
 import pyarrow as pa
@@ -24,7 +24,7 @@ import pyarrow.parquet as pq
 
 from seqpack_cli.errors import InputError, option
 from seqpack_cli.prepare.input_batches import input_kind
-from seqpack_cli.prepare.store_files import npy_header
+from seqpack_cli.prepare.store_files import append_values, npy_header
 from seqpack_cli.token_sources import OFFSETS_NAME, TOKENS_NAME
 
 __all__ = [
@@ -322,10 +322,6 @@ def _ids(array: pa.Array, file: TokenInput, id_column: str, first_row: int) -> n
     return ids.astype(np.int64, copy=False)
 
 
-def _write(out: BinaryIO, array: np.ndarray) -> None:
-    out.write(np.ascontiguousarray(array).data.cast("B"))
-
-
 def stream_token_lists(
     directory: Path,
     files: Sequence[TokenInput],
@@ -347,18 +343,18 @@ def stream_token_lists(
     ):
         tokens.write(npy_header(dtype, 0))  # rewritten once the count is known
         offsets.write(npy_header(np.dtype("<i8"), num_rows + 1))
-        _write(offsets, np.zeros(1, dtype=np.int64))
+        append_values(offsets, np.zeros(1, dtype=np.int64))
         for file in files:
             row = 0
             for batch in _batches(file, columns):
                 lengths, values = _token_lists(batch.column(column), file, column, row, rule.what)
-                _write(tokens, _checked(values, lengths, dtype, (file, column, row), rule))
+                append_values(tokens, _checked(values, lengths, dtype, (file, column, row), rule))
                 ends = np.cumsum(lengths)
                 ends += num_tokens
-                _write(offsets, ends)
+                append_values(offsets, ends)
                 num_tokens = int(ends[-1]) if ends.size else num_tokens
                 if id_column is not None:
-                    _write(ids, _ids(batch.column(id_column), file, id_column, row))
+                    append_values(ids, _ids(batch.column(id_column), file, id_column, row))
                 row += batch.num_rows
             if row != file.num_rows:
                 raise InputError(
