@@ -30,36 +30,16 @@ import subprocess
 import sys
 import tempfile
 import time
-from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
+from processes import Run, run_process
 from tables import print_table
 
 SEQPACK = [sys.executable, "-m", "seqpack_cli"]
 BUCKET = "bench"
-
-
-@dataclass(frozen=True)
-class Run:
-    seconds: float
-    cpu: float
-    peak_mib: float
-
-
-def run_process(command: list[str], env: dict[str, str]) -> Run:
-    started = time.perf_counter()
-    process = subprocess.Popen(
-        command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env=env, text=True
-    )
-    _, status, usage = os.wait4(process.pid, 0)
-    seconds = time.perf_counter() - started
-    log = process.stderr.read() if process.stderr else ""
-    if os.waitstatus_to_exitcode(status):
-        raise SystemExit(f"failed: {' '.join(command)}\n{log}")
-    return Run(seconds, usage.ru_utime + usage.ru_stime, usage.ru_maxrss / 1024)
 
 
 def free_port() -> int:

@@ -33,15 +33,14 @@ from __future__ import annotations
 import argparse
 import os
 import shutil
-import subprocess
 import sys
 import time
-from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
+from processes import Run, run_process
 
 MAX_SEQ_LEN = 8192
 ROW_GROUP = 1 << 16
@@ -79,30 +78,6 @@ def generate(folder: Path, num_rows: int, num_files: int = 4) -> None:
                 column = pa.ListArray.from_arrays(pa.array(offsets), pa.array(values))
                 writer.write_table(pa.table({"input_ids": column}))
     marker.touch()
-
-
-@dataclass
-class Run:
-    """One process: wall seconds, CPU seconds (user + system) and peak RSS in MiB."""
-
-    seconds: float
-    cpu: float
-    peak_mib: float
-    log: str = ""
-
-
-def run_process(command: list[str], env: dict[str, str] | None = None) -> Run:
-    os.sync()  # no dirty pages of an earlier run are written back during this one
-    started = time.perf_counter()
-    process = subprocess.Popen(
-        command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env=env, text=True
-    )
-    _, status, usage = os.wait4(process.pid, 0)
-    seconds = time.perf_counter() - started
-    log = process.stderr.read() if process.stderr else ""
-    if os.waitstatus_to_exitcode(status):
-        raise SystemExit(f"failed: {' '.join(command)}\n{log}")
-    return Run(seconds, usage.ru_utime + usage.ru_stime, usage.ru_maxrss / 1024, log)
 
 
 def anonymous_rss_mib() -> float:

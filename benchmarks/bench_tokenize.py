@@ -31,42 +31,20 @@ import argparse
 import os
 import random
 import shutil
-import subprocess
 import sys
 import tempfile
 import textwrap
 import time
-from dataclasses import dataclass
 from pathlib import Path
 
 import pyarrow as pa
 import pyarrow.parquet as pq
 from bench_tokenize_kernel import build_tokenizer, conversations, paragraph
+from processes import Run, run_process
 from tables import print_table
 
 SEQPACK = [sys.executable, "-m", "seqpack_cli"]
 FILES = 4
-
-
-@dataclass(frozen=True)
-class Run:
-    seconds: float
-    cpu: float
-    peak_mib: float
-
-
-def run_process(command: list[str], env: dict[str, str] | None = None) -> Run:
-    """`command` as a child process: wall and CPU seconds, peak RSS (wait4)."""
-    started = time.perf_counter()
-    process = subprocess.Popen(
-        command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env=env, text=True
-    )
-    _, status, usage = os.wait4(process.pid, 0)
-    seconds = time.perf_counter() - started
-    log = process.stderr.read() if process.stderr else ""
-    if os.waitstatus_to_exitcode(status):
-        raise SystemExit(f"failed: {' '.join(command)}\n{log}")
-    return Run(seconds, usage.ru_utime + usage.ru_stime, usage.ru_maxrss / 1024)
 
 
 def write_files(folder: Path, table: pa.Table) -> Path:
