@@ -13,6 +13,7 @@ line shows the flag (`--max-seq-len`), Python shows the argument (`max_seq_len`,
 from __future__ import annotations
 
 import re
+from types import ModuleType
 
 __all__ = [
     "ConfigError",
@@ -57,6 +58,20 @@ class MissingDependencyError(ConfigError, ImportError):
     """An optional dependency is not installed; the message names the extra that brings it
     (`pip install 'seqpack-cli[torch]'`). An `ImportError` too, so `except ImportError` around an
     optional import catches it."""
+
+
+def import_optional(module: str, purpose: str, extra: str) -> ModuleType:
+    """`module`, an optional dependency; `MissingDependencyError` naming `purpose` and the extra
+    that brings it when it is not installed (`pip install 'seqpack-cli[EXTRA]'`)."""
+    import importlib
+
+    try:
+        return importlib.import_module(module)
+    except ImportError as error:
+        raise MissingDependencyError(
+            f"{purpose} needs the {module.partition('.')[0]!r} package, which is not installed "
+            f"({error}); install the {extra} extra: pip install 'seqpack-cli[{extra}]'"
+        ) from None
 
 
 class PreparedFormatError(SeqpackError, ValueError):

@@ -265,7 +265,7 @@ def test_a_missing_extra_names_it(monkeypatch: pytest.MonkeyPatch) -> None:
     # A timeout no other test uses: a filesystem built earlier is not reused from the cache.
     with pytest.raises(MissingDependencyError) as caught:
         arrow_filesystem("https://host/f.parquet", {"connect_timeout": "7.125"})
-    assert str(caught.value).startswith("https:// inputs need the aiohttp package")
+    assert str(caught.value).startswith("reading https:// inputs needs the 'aiohttp' package")
     assert str(caught.value).endswith("install the remote extra: pip install 'seqpack-cli[remote]'")
 
 

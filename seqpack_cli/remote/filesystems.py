@@ -28,16 +28,13 @@ from typing import Any
 import pyarrow as pa
 from pyarrow import fs as arrow_fs
 
-from seqpack_cli.errors import MissingDependencyError
+from seqpack_cli.errors import import_optional
 from seqpack_cli.remote.options import Settings, settings_for
 from seqpack_cli.remote.urls import RemoteURL, parse_url
 
-__all__ = ["EXTRA_HINT", "arrow_filesystem", "filesystem_for"]
+__all__ = ["arrow_filesystem", "filesystem_for"]
 
 logger = logging.getLogger(__name__)
-
-EXTRA_HINT = "pip install 'seqpack-cli[remote]'"
-"""How to install what the fsspec-based schemes need."""
 
 
 def arrow_filesystem(
@@ -167,8 +164,8 @@ def _gcs(settings: Settings) -> arrow_fs.FileSystem:
 
 
 def _http(settings: Settings) -> Any:
-    aiohttp = _optional("aiohttp", "https:// inputs")
-    http = _optional("fsspec.implementations.http", "https:// inputs")
+    aiohttp = _optional("aiohttp", "reading https:// inputs")
+    http = _optional("fsspec.implementations.http", "reading https:// inputs")
     timeout = aiohttp.ClientTimeout(
         sock_connect=settings.connect_timeout_s, sock_read=settings.connect_timeout_s * 6
     )
@@ -181,7 +178,7 @@ def _http(settings: Settings) -> Any:
 
 
 def _hf(settings: Settings) -> Any:
-    hub = _optional("huggingface_hub", "hf:// inputs")
+    hub = _optional("huggingface_hub", "reading hf:// inputs")
     kwargs: dict[str, Any] = {"skip_instance_cache": True}
     if settings.token:
         kwargs["token"] = settings.token
@@ -207,12 +204,4 @@ def _wrap(filesystem: Any) -> arrow_fs.FileSystem:
 
 
 def _optional(module: str, needed_for: str) -> Any:
-    import importlib
-
-    try:
-        return importlib.import_module(module)
-    except ImportError as error:
-        raise MissingDependencyError(
-            f"{needed_for} need the {module.partition('.')[0]} package, which is not installed "
-            f"({error}); install the remote extra: {EXTRA_HINT}"
-        ) from None
+    return import_optional(module, needed_for, "remote")

@@ -6,22 +6,15 @@ Importing `seqpack_cli.tokenize` costs neither; a missing one is a one-line erro
 
 from __future__ import annotations
 
-import importlib
 from types import ModuleType
 
-from seqpack_cli.errors import MissingDependencyError
+from seqpack_cli.errors import import_optional
 
 __all__ = ["import_jinja2", "import_tokenizers"]
 
 
 def _require(module: str, purpose: str) -> ModuleType:
-    try:
-        return importlib.import_module(module)
-    except ImportError as error:
-        raise MissingDependencyError(
-            f"{purpose} needs the {module!r} package, which is not installed: "
-            "pip install 'seqpack-cli[tokenize]'"
-        ) from error
+    return import_optional(module, purpose, "tokenize")
 
 
 def import_tokenizers() -> ModuleType:
