@@ -22,6 +22,7 @@ import json
 import logging
 import time
 from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -49,7 +50,14 @@ from seqpack_cli.prepared.mounts import remove_tree
 from seqpack_cli.progress import ProgressCallback
 from seqpack_cli.token_sources import IDS_NAME, INFO_NAME, OFFSETS_NAME, ROWS_NAME, TOKENS_NAME
 
-__all__ = ["Fallback", "OnePass", "close_store", "read_in_one_pass", "write_error"]
+__all__ = [
+    "Fallback",
+    "OnePass",
+    "aborted_on_error",
+    "close_store",
+    "read_in_one_pass",
+    "write_error",
+]
 
 logger = logging.getLogger(__name__)
 
@@ -216,6 +224,20 @@ def _discard(root: Path) -> None:
         remove_tree(root / role)
 
 
+@contextmanager
+def aborted_on_error(store: StreamedStore, config: PrepareConfig) -> Iterator[None]:
+    """Any exit by an exception aborts `store` (its writes stopped, its files closed); a failed
+    write (a full disk) is raised as `write_error`'s one line."""
+    try:
+        yield
+    except OSError as error:
+        store.abort()
+        raise write_error(config, error) from None
+    except BaseException:
+        store.abort()
+        raise
+
+
 def close_store(
     store: StreamedStore, root: Path, files: Sequence[TokenInput], id_column: str | None
 ) -> tuple[dict[str, str | None], dict[str, int] | None]:
@@ -272,20 +294,15 @@ def read_in_one_pass(
         store = StreamedStore(root, spec, predicted, split_at=split_at)
     except OSError as error:
         raise write_error(config, error) from None
-    try:
-        _stream(store, spec, config, progress)
-        digests, split = close_store(store, root, spec.files, config.id_column)
-    except (Fault, InputError) as fault:
-        store.abort()
-        logger.info("one pass: %s; the two passes word it", fault)
-        _discard(root)
-        return Fallback(fault)
-    except OSError as error:
-        store.abort()
-        raise write_error(config, error) from None
-    except BaseException:
-        store.abort()
-        raise
+    with aborted_on_error(store, config):
+        try:
+            _stream(store, spec, config, progress)
+            digests, split = close_store(store, root, spec.files, config.id_column)
+        except (Fault, InputError) as fault:
+            store.abort()
+            logger.info("one pass: %s; the two passes word it", fault)
+            _discard(root)
+            return Fallback(fault)
     logger.info(
         "one pass: %d rows, %d tokens, store written and hashed (%.2fs)",
         store.num_rows,

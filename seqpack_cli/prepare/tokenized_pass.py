@@ -22,7 +22,7 @@ import pyarrow as pa
 from seqpack_cli.errors import ConfigError, InputError, option
 from seqpack_cli.prepare.config import PrepareConfig
 from seqpack_cli.prepare.input_batches import input_kind, line_of_row, read_batches
-from seqpack_cli.prepare.one_pass import OnePass, close_store, write_error
+from seqpack_cli.prepare.one_pass import OnePass, aborted_on_error, close_store, write_error
 from seqpack_cli.prepare.ordered import ordered_parallel
 from seqpack_cli.prepare.pools.offsets import num_workers
 from seqpack_cli.prepare.streamed_store import StreamedStore
@@ -201,7 +201,7 @@ def read_tokenized(
         workers=num_workers(config.threads, config.tuning),
         budget_bytes=_BUDGET_BYTES,
     )
-    try:
+    with aborted_on_error(store, config):
         try:
             for batch in batches:
                 store.add(batch)
@@ -217,12 +217,6 @@ def read_tokenized(
                 "once (a sequence split into pieces shares its id with another); ids must be "
                 "unique: fix the column, or leave the id column out for row-index ids"
             ) from None
-    except OSError as error:
-        store.abort()
-        raise write_error(config, error) from None
-    except BaseException:
-        store.abort()
-        raise
     logger.info(
         "tokenized %d rows into %d tokens, store written (%.2fs)",
         store.num_rows,
