@@ -141,6 +141,31 @@ def row(name: str, run: Run | float, tokens: int, rows: int, limit: float | None
 HEADER = ["what", "seconds", "cpu s", "peak MiB", "tokens/s", "rows/s", "vs bare"]
 
 
+def print_against_the_route(
+    title: str,
+    first: list[list[str]],
+    ours: Run,
+    route: tuple[Run, Run],
+    mapped_name: str,
+    figures: tuple[int, int, float | None],
+) -> None:
+    """The table of `prepare --tokenizer` (`ours`) beside the datasets route's two processes
+    (`route`: the map and to_parquet, then prepare --tokens-column) and their sum."""
+    mapped, prepared = route
+    total = Run(mapped.seconds + prepared.seconds, mapped.cpu + prepared.cpu,
+                max(mapped.peak_mib, prepared.peak_mib))  # fmt: skip
+    tokens, n, limit = figures
+    rows = [
+        *first,
+        row("seqpack prepare --tokenizer", ours, tokens, n, limit),
+        row(mapped_name, mapped, tokens, n, limit),
+        row("  + prepare --tokens-column", prepared, tokens, n, limit),
+        row("  = the datasets route", total, tokens, n, limit),
+    ]
+    print_table(title, HEADER, rows)
+    print(f"prepare --tokenizer: {total.seconds / ours.seconds:.2f}x faster than the route")
+
+
 def bench_text(folder: Path, tokenizer: Path, n: int) -> None:
     rows = texts(n, seed=0)
     inputs = write_files(folder / "text", pa.table({"text": rows}))
@@ -148,21 +173,14 @@ def bench_text(folder: Path, tokenizer: Path, n: int) -> None:
     limit = tokens / bare_seconds
     ours = prepare_tokenizer(inputs, folder / "text-out", tokenizer, "--text-column", "text")
     assert stored_tokens(folder / "text-out") == tokens, "the store holds other tokens"
-    mapped, prepared = datasets_route(folder, inputs, tokenizer, "text")
-    route = Run(mapped.seconds + prepared.seconds, mapped.cpu + prepared.cpu,
-                max(mapped.peak_mib, prepared.peak_mib))  # fmt: skip
-    print_table(
+    print_against_the_route(
         f"text: {n:,} rows, {tokens:,} tokens ({os.cpu_count()} cores)",
-        HEADER,
-        [
-            row("encode_batch (bare, in memory)", bare_seconds, tokens, n, limit),
-            row("seqpack prepare --tokenizer", ours, tokens, n, limit),
-            row("datasets.map(num_proc=2) + to_parquet", mapped, tokens, n, limit),
-            row("  + prepare --tokens-column", prepared, tokens, n, limit),
-            row("  = the datasets route", route, tokens, n, limit),
-        ],
+        [row("encode_batch (bare, in memory)", bare_seconds, tokens, n, limit)],
+        ours,
+        datasets_route(folder, inputs, tokenizer, "text"),
+        "datasets.map(num_proc=2) + to_parquet",
+        (tokens, n, limit),
     )
-    print(f"prepare --tokenizer: {route.seconds / ours.seconds:.2f}x faster than the route")
 
 
 def bench_messages(folder: Path, tokenizer: Path, n: int) -> None:
@@ -172,20 +190,14 @@ def bench_messages(folder: Path, tokenizer: Path, n: int) -> None:
         inputs, folder / "chats-out", tokenizer, "--messages-column", "messages"
     )
     tokens = stored_tokens(folder / "chats-out")
-    mapped, prepared = datasets_route(folder, inputs, tokenizer, "messages")
-    route = Run(mapped.seconds + prepared.seconds, mapped.cpu + prepared.cpu,
-                max(mapped.peak_mib, prepared.peak_mib))  # fmt: skip
-    print_table(
+    print_against_the_route(
         f"chats: {n:,} conversations, {tokens:,} tokens",
-        HEADER,
-        [
-            row("seqpack prepare --tokenizer", ours, tokens, n, None),
-            row("datasets.map(apply_chat_template, 2 procs)", mapped, tokens, n, None),
-            row("  + prepare --tokens-column", prepared, tokens, n, None),
-            row("  = the datasets route", route, tokens, n, None),
-        ],
+        [],
+        ours,
+        datasets_route(folder, inputs, tokenizer, "messages"),
+        "datasets.map(apply_chat_template, 2 procs)",
+        (tokens, n, None),
     )
-    print(f"prepare --tokenizer: {route.seconds / ours.seconds:.2f}x faster than the route")
 
 
 def bench_memory(folder: Path, tokenizer: Path, n: int) -> None:
