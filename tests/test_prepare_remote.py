@@ -160,9 +160,13 @@ def test_the_dask_engine_on_s3(s3: tuple[str, Path], dask_cluster: Any, tmp_path
     base = {"length_column": "n", "max_seq_len": 64, "id_column": "doc", "over_cap": "truncate",
             "tokens_column": "input_ids"}  # fmt: skip
     prepare_dataset(PrepareConfig(inputs=[local], output=tmp_path / "a", **base))
+    # The workers of the session's cluster may have started before the credentials were set
+    # here, as a cluster's workers hold their own environment: the options carry them.
+    options = {"endpoint_url": endpoint, "access_key_id": "testing",
+               "secret_access_key": "testing"}  # fmt: skip
     prepare_dataset(PrepareConfig(inputs=[f"s3://{BUCKET}/train/"], output=tmp_path / "b",
                                   engine="dask", scheduler=dask_cluster.scheduler_address,
-                                  storage_options={"endpoint_url": endpoint}, **base))  # fmt: skip
+                                  storage_options=options, **base))  # fmt: skip
     assert _tree(tmp_path / "a") == _tree(tmp_path / "b")
 
 
