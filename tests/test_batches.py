@@ -3,6 +3,7 @@ ranks and an exact resume (the state needs no counting by hand)."""
 
 from __future__ import annotations
 
+import dataclasses
 import warnings
 from collections import Counter
 from collections.abc import Callable
@@ -18,7 +19,7 @@ from hypothesis import strategies as st
 torch = pytest.importorskip("torch")
 from torch.utils.data import DataLoader  # noqa: E402
 
-from seqpack_cli.collate import PackedCollator  # noqa: E402
+from seqpack_cli.collate import CollateOptions, PackedCollator  # noqa: E402
 from seqpack_cli.data import PackedDataLoader, PackedIterableDataset  # noqa: E402
 from seqpack_cli.epoch.plan import EpochPlan  # noqa: E402
 from seqpack_cli.errors import ConfigError  # noqa: E402
@@ -42,10 +43,19 @@ def _corpus(num: int, seed: int) -> tuple[Counter, dict[int, np.ndarray], list[l
 CORPUS = _corpus(90, seed=0)  # 40-odd bins
 
 
+_COLLATE_FIELDS = {field.name for field in dataclasses.fields(CollateOptions)}
+
+
 def _dataset(corpus: Any = CORPUS, **kwargs: Any) -> PackedIterableDataset:
+    """The dataset over `corpus`; the collator's options among `kwargs` go to its
+    `CollateOptions`, the others to the dataset."""
     templates, pools, tokens = corpus
-    options = {"max_seq_len": MAX_SEQ_LEN, "pad_token_id": PAD, "seed": SEED, **kwargs}
-    return PackedIterableDataset((templates, pools), tokens, **options)
+    collate = {"pad_token_id": PAD, **{k: v for k, v in kwargs.items() if k in _COLLATE_FIELDS}}
+    options = {"max_seq_len": MAX_SEQ_LEN, "seed": SEED}
+    options |= {k: v for k, v in kwargs.items() if k not in _COLLATE_FIELDS}
+    return PackedIterableDataset(
+        (templates, pools), tokens, collate=CollateOptions(**collate), **options
+    )
 
 
 def _loader(dataset: PackedIterableDataset, num_workers: int, **options: Any) -> PackedDataLoader:

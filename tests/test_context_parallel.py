@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 torch = pytest.importorskip("torch")
 from conftest import next_fit_plan  # noqa: E402
 
-from seqpack_cli.collate import PackedCollator  # noqa: E402
+from seqpack_cli.collate import CollateOptions, PackedCollator  # noqa: E402
 from seqpack_cli.data import PackedDataset, PackedIterableDataset  # noqa: E402
 from seqpack_cli.errors import ConfigError, InputError  # noqa: E402
 
@@ -370,14 +370,15 @@ def test_datasets_give_each_cp_rank_its_share_of_the_same_bins(dataset: str) -> 
     lengths = [int(n) for n in np.random.default_rng(3).integers(1, 30, size=40)]
     source = _rounded_plan(lengths, 32, 4)
     tokens = _tokens(lengths)
-    common = {"pad_token_id": PAD, "seed": 5, "max_seq_len": 32, "format": "thd"}
+    common: dict[str, Any] = {"seed": 5, "max_seq_len": 32}
     if dataset == "iterable":
         common |= {"batch_size": 2, "rank": 1, "world_size": 2, "return_num_items_in_batch": True}
 
     def items(**cp: Any) -> list[Any]:
+        collate = CollateOptions(pad_token_id=PAD, format="thd", **cp)
         if dataset == "iterable":
-            return list(PackedIterableDataset(source, tokens, **common, **cp))
-        ds = PackedDataset(source, tokens, **common, **cp)
+            return list(PackedIterableDataset(source, tokens, collate=collate, **common))
+        ds = PackedDataset(source, tokens, collate=collate, **common)
         return [ds[k] for k in range(len(ds))]
 
     whole = items(length_multiple=4)

@@ -392,6 +392,7 @@ def test_spawned_workers_refuse_a_directory_replaced_since_it_was_opened(tmp_pat
 
 def test_the_datasets_take_a_path_and_verify(tmp_path: Path) -> None:
     pytest.importorskip("torch")
+    from seqpack_cli.collate import CollateOptions
     from seqpack_cli.data import PackedDataset, PackedIterableDataset
 
     path = _store(tmp_path)
@@ -399,7 +400,8 @@ def test_the_datasets_take_a_path_and_verify(tmp_path: Path) -> None:
     manifest["files"]["tokens/tokens.npy"]["sha256"] = "0" * 64  # what only verify reads
     (path / "manifest.json").write_text(json.dumps(seal_manifest(manifest)))
     for dataset in (PackedDataset, PackedIterableDataset):
-        assert len(dataset(path, pad_token_id=0, seed=0)) > 0  # a path loads
+        collate = CollateOptions(pad_token_id=0)
+        assert len(dataset(path, collate=collate, seed=0)) > 0  # a path loads
         for source in (path, load_prepared(path)):
             with pytest.raises(PreparedFormatError, match=r"tokens/tokens\.npy does not match"):
-                dataset(source, pad_token_id=0, seed=0, verify=True)
+                dataset(source, collate=collate, seed=0, verify=True)
