@@ -403,7 +403,7 @@ def test_ordered_parallel_stops_its_workers_when_closed_early() -> None:
     ),
 )
 def test_within_is_the_plain_range_check(dtype, seed, bounds) -> None:
-    from seqpack_cli.prepare.token_stream import within
+    from seqpack_cli.prepare.token_batches import within
 
     rng = np.random.default_rng(seed)
     kind = np.dtype(dtype)

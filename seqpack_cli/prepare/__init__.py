@@ -16,7 +16,8 @@ a `prepared/` directory.
 - `scan`: the first pass, the length histogram; `pools` (subpackage): the second pass, the
   `pools/{length}.npy` files;
 - the token store (`--tokens-column`): `one_pass` reads the token column once
-  (`token_stream` decodes it in threads, `ordered` hands the work units over in order) and
+  (`token_stream` decodes it in threads, `ordered` hands the work units over in order,
+  `token_batches` checks each batch: the one batch kernel, the Dask store tasks' too) and
   `streamed_store` writes the store as it streams, through `store_files` (the store files'
   `.npy` headers; files written and hashed front to back); `token_store` is the store of the
   two-pass job; `num_targets`: the `num_targets.npy` post-pass of every store;

@@ -35,15 +35,11 @@ from seqpack_cli.prepare.pools.ascending import append_ascending
 from seqpack_cli.prepare.pools.offsets import Layout, PoolAppend, num_workers
 from seqpack_cli.prepare.pools.scan import PoolScan
 from seqpack_cli.prepare.streamed_store import StreamedStore
+from seqpack_cli.prepare.token_batches import StoreColumns
 from seqpack_cli.prepare.token_files import row_locator, source_info, write_id_index
-from seqpack_cli.prepare.token_reading import (
-    TokenInput,
-    choose_dtype,
-    choose_signed_dtype,
-    inspect_token_inputs,
-)
+from seqpack_cli.prepare.token_reading import TokenInput, inspect_token_inputs
 from seqpack_cli.prepare.token_store import STORE_RULES
-from seqpack_cli.prepare.token_stream import Fault, StreamSpec, stream_token_batches
+from seqpack_cli.prepare.token_stream import Fault, stream_token_batches
 from seqpack_cli.prepared import PreparedWriter
 from seqpack_cli.prepared.format import STORE_ROLES
 from seqpack_cli.prepared.mounts import remove_tree
@@ -163,42 +159,16 @@ class OnePass:
         return section
 
 
-def _spec(config: PrepareConfig, inputs: Mapping[str, Sequence[TokenInput]]) -> StreamSpec:
-    """What to read and how to check it: each role's dtype (as the two passes choose it) and
-    allowed values."""
-    dtypes: dict[str, np.dtype[Any]] = {}
-    ranges: dict[str, tuple[int, int]] = {}
-    for role, column in config.store_columns.items():
-        if role == "tokens":
-            dtype = choose_dtype(inputs[role], column)
-        elif role == "labels":
-            dtype = choose_signed_dtype(inputs[role], column)
-        else:
-            dtype = np.dtype("u1")
-        limits = np.iinfo(dtype)
-        dtypes[role] = dtype
-        ranges[role] = STORE_RULES[role].allowed or (int(limits.min), int(limits.max))
-    same = config.length_column == config.tokens_column
-    return StreamSpec(
-        files=inputs["tokens"],
-        columns=config.store_columns,
-        dtypes=dtypes,
-        ranges=ranges,
-        length_column=None if same else config.length_column,
-        id_column=config.id_column,
-    )
-
-
 def _stream(
     store: StreamedStore,
-    spec: StreamSpec,
+    files: Sequence[TokenInput],
     config: PrepareConfig,
     progress: ProgressCallback | None,
 ) -> None:
     """Every batch into the store, then the piece ids and the id index."""
     total = store.num_input_rows
     workers = num_workers(config.threads, config.tuning)
-    batches = stream_token_batches(spec, workers=workers)
+    batches = stream_token_batches(store.spec, files, workers=workers)
     try:
         for batch in batches:
             store.add(batch)
@@ -284,20 +254,23 @@ def read_in_one_pass(
             )
             for role, column in columns.items()
         }
-        spec = _spec(config, inputs)
+        spec = StoreColumns.of(
+            columns, inputs, length_column=config.length_column, id_column=config.id_column
+        )
     except InputError as error:
         logger.info("one pass: %s; the two passes word it", error)
         return Fallback(error)
     predicted = {role: sum(file.num_values for file in inputs[role]) for role in columns}
     split_at = config.max_seq_len if config.over_cap_rule.splits else None
     try:
-        store = StreamedStore(root, spec, predicted, split_at=split_at)
+        num_rows = sum(file.num_rows for file in inputs["tokens"])
+        store = StreamedStore(root, spec, num_rows, predicted, split_at=split_at)
     except OSError as error:
         raise write_error(config, error) from None
     with aborted_on_error(store, config):
         try:
-            _stream(store, spec, config, progress)
-            digests, split = close_store(store, root, spec.files, config.id_column)
+            _stream(store, inputs["tokens"], config, progress)
+            digests, split = close_store(store, root, inputs["tokens"], config.id_column)
         except (Fault, InputError) as fault:
             store.abort()
             logger.info("one pass: %s; the two passes word it", fault)

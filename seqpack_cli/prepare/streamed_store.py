@@ -29,8 +29,8 @@ import numpy as np
 from seqpack_cli.errors import InputError, option
 from seqpack_cli.over_cap import cut_lengths
 from seqpack_cli.prepare.store_files import StoreFile, Writes
+from seqpack_cli.prepare.token_batches import StoreColumns, TokenBatch
 from seqpack_cli.prepare.token_reading import IDS_BY_ROW_NAME
-from seqpack_cli.prepare.token_stream import StreamSpec, TokenBatch
 from seqpack_cli.token_sources import IDS_NAME, OFFSETS_NAME, PIECES_NAME, ROWS_NAME, TOKENS_NAME
 
 __all__ = ["LengthCounter", "StreamedStore", "piece_ids_error"]
@@ -82,20 +82,22 @@ def piece_ids_error(id_column: str | None, first: int, num_pieces: int) -> Input
 
 
 class StreamedStore:
-    """The store's files in `root` (the prepared temporary directory) for the roles of `spec`,
-    filled by `add` in row order; `close_files`, then `number_pieces` (with a split) and the id
-    index (`token_files.write_id_index`, from the ids-by-row scratch file) complete them."""
+    """The store's files in `root` (the prepared temporary directory) for the roles of `spec`
+    and `num_input_rows` rows, filled by `add` in row order; `close_files`, then
+    `number_pieces` (with a split) and the id index (`token_files.write_id_index`, from the
+    ids-by-row scratch file) complete them."""
 
     def __init__(
         self,
         root: Path,
-        spec: StreamSpec,
+        spec: StoreColumns,
+        num_input_rows: int,
         predicted: Mapping[str, int],
         *,
         split_at: int | None,
     ) -> None:
         self.root, self.spec, self.split_at = root, spec, split_at
-        self.num_input_rows = sum(file.num_rows for file in spec.files)
+        self.num_input_rows = num_input_rows
         self.with_index = spec.id_column is not None or split_at is not None
         self.lengths = LengthCounter()
         self.num_rows = 0  # input rows added

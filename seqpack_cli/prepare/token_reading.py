@@ -34,9 +34,12 @@ __all__ = [
     "ValueRule",
     "choose_dtype",
     "choose_signed_dtype",
+    "file_batches",
     "inspect_token_input",
     "inspect_token_inputs",
+    "store_dtype",
     "stream_token_lists",
+    "value_range",
 ]
 
 TARGET_VALUES_PER_BATCH = 1 << 19
@@ -182,13 +185,28 @@ def inspect_token_inputs(
     return files
 
 
-def _batches(file: TokenInput, columns: list[str]) -> Iterator[pa.RecordBatch]:
-    """The file's `columns` in batches of about `TARGET_VALUES_PER_BATCH` token values."""
+def file_batches(
+    file: TokenInput,
+    columns: list[str],
+    *,
+    row_groups: list[int] | None = None,
+    use_threads: bool = True,
+) -> Iterator[pa.RecordBatch]:
+    """The file's `columns` (of `row_groups`, all by default) in batches of about
+    `TARGET_VALUES_PER_BATCH` token values, pages streamed: the store's one parquet reader.
+    A file that cannot be read raises pyarrow's error (`OSError` or `ArrowException`)."""
     per_row = max(1, file.num_values // max(1, file.num_rows))
     rows = min(_MAX_BATCH_ROWS, max(1, TARGET_VALUES_PER_BATCH // per_row))
+    with pq.ParquetFile(file.path, buffer_size=_READ_BUFFER, pre_buffer=False) as parquet:
+        yield from parquet.iter_batches(
+            batch_size=rows, row_groups=row_groups, columns=columns, use_threads=use_threads
+        )
+
+
+def _batches(file: TokenInput, columns: list[str]) -> Iterator[pa.RecordBatch]:
+    """`file_batches`, a file that cannot be read worded in one line."""
     try:
-        with pq.ParquetFile(file.path, buffer_size=_READ_BUFFER, pre_buffer=False) as parquet:
-            yield from parquet.iter_batches(batch_size=rows, columns=columns, use_threads=True)
+        yield from file_batches(file, columns)
     except (OSError, pa.ArrowException) as error:
         raise InputError(
             f"cannot read {file.path} ({str(error).splitlines()[0]}); is it a complete parquet "
@@ -206,10 +224,7 @@ def choose_dtype(files: Sequence[TokenInput], column: str) -> np.dtype[Any]:
         if file.value_range is not None:
             found = file.value_range[1]
         else:
-            found = 0
-            for batch in _batches(file, [column]):  # no statistics: a pass over the column
-                largest = pc.max(pc.list_flatten(batch.column(column))).as_py()
-                found = max(found, largest if largest is not None else 0)
+            found = value_range(file, column)[1]  # no statistics: a pass over the column
         if found > _TOKEN_ID_MAX:
             raise InputError(_over_int64(column, file.path, found))
         high = max(high, found)
@@ -232,12 +247,31 @@ def choose_signed_dtype(files: Sequence[TokenInput], column: str) -> np.dtype[An
         if file.value_range is not None:
             low, high = min(low, file.value_range[0]), max(high, file.value_range[1])
             continue
-        for batch in _batches(file, [column]):  # no statistics: a pass over the column
-            found = pc.min_max(pc.list_flatten(batch.column(column))).as_py()
-            low = min(low, found["min"] if found["min"] is not None else 0)
-            high = max(high, found["max"] if found["max"] is not None else 0)
+        found_low, found_high = value_range(file, column)  # no statistics: a pass over it
+        low, high = min(low, found_low), max(high, found_high)
     limits = np.iinfo(np.int32)
     return np.dtype("<i4" if limits.min <= low and high <= limits.max else "<i8")
+
+
+def value_range(file: TokenInput, column: str) -> tuple[int, int]:
+    """(min, max) of the column's values, 0 included (0 for none), read in one pass: for a file
+    whose footer has no statistics."""
+    low, high = 0, 0
+    for batch in _batches(file, [column]):
+        found = pc.min_max(pc.list_flatten(batch.column(column))).as_py()
+        low = min(low, found["min"] if found["min"] is not None else 0)
+        high = max(high, found["max"] if found["max"] is not None else 0)
+    return int(low), int(high)
+
+
+def store_dtype(role: str, files: Sequence[TokenInput], column: str) -> np.dtype[Any]:
+    """The store's dtype of `role`: tokens the smallest unsigned dtype (`choose_dtype`), labels
+    int32 or int64 (`choose_signed_dtype`), a loss mask uint8."""
+    if role == "tokens":
+        return choose_dtype(files, column)
+    if role == "labels":
+        return choose_signed_dtype(files, column)
+    return np.dtype("u1")
 
 
 def _row_of(lengths: np.ndarray, index: int) -> int:

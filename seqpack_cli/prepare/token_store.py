@@ -26,9 +26,8 @@ from seqpack_cli.errors import InputError, option
 from seqpack_cli.prepare.token_files import row_locator, source_info, write_id_index
 from seqpack_cli.prepare.token_reading import (
     ValueRule,
-    choose_dtype,
-    choose_signed_dtype,
     inspect_token_inputs,
+    store_dtype,
     stream_token_lists,
 )
 from seqpack_cli.prepared.alignment import check_pool_lengths, pool_mismatch_error
@@ -184,12 +183,7 @@ def write_token_store(
             continue
         rule = STORE_RULES[role]
         files = inspect_token_inputs(paths, column, id_column if role == "tokens" else None, rule)
-        if role == "tokens":
-            dtype = choose_dtype(files, column)
-        elif role == "labels":
-            dtype = choose_signed_dtype(files, column)
-        else:
-            dtype = np.dtype("u1")
+        dtype = store_dtype(role, files, column)
         root = directory / role
         root.mkdir()
         scan_ids = id_column if role == "tokens" else None

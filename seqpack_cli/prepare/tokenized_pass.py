@@ -26,8 +26,9 @@ from seqpack_cli.prepare.one_pass import OnePass, aborted_on_error, close_store,
 from seqpack_cli.prepare.ordered import ordered_parallel
 from seqpack_cli.prepare.pools.offsets import num_workers
 from seqpack_cli.prepare.streamed_store import StreamedStore
+from seqpack_cli.prepare.token_batches import StoreColumns, TokenBatch
 from seqpack_cli.prepare.token_reading import TokenInput
-from seqpack_cli.prepare.token_stream import Fault, StreamSpec, TokenBatch
+from seqpack_cli.prepare.token_stream import Fault
 from seqpack_cli.prepare.tokenize_options import TokenizeOptions
 from seqpack_cli.prepared import PreparedWriter
 from seqpack_cli.progress import ProgressCallback
@@ -178,8 +179,7 @@ def read_tokenized(
     tokenizing = Tokenizing(config.tokenize, config.id_column)
     columns = config.store_columns
     dtypes = tokenizing.dtypes()
-    spec = StreamSpec(
-        files=files,
+    spec = StoreColumns(
         columns=columns,
         dtypes=dtypes,
         ranges={role: (0, int(np.iinfo(dtype).max)) for role, dtype in dtypes.items()},
@@ -190,8 +190,9 @@ def read_tokenized(
     predicted = dict.fromkeys(columns, 0)
     split_at = config.max_seq_len if config.over_cap_rule.splits else None
     root = writer.tmp_path
+    num_rows = sum(file.num_rows for file in files)
     try:
-        store = StreamedStore(root, spec, predicted, split_at=split_at)
+        store = StreamedStore(root, spec, num_rows, predicted, split_at=split_at)
     except OSError as error:
         raise write_error(config, error) from None
     read = tokenizing.columns()

@@ -38,7 +38,7 @@ from seqpack_cli.prepare.engines.dask.store_faults import (
     pool_error,
     stream_error,
 )
-from seqpack_cli.prepare.engines.dask.store_footers import store_dtype, store_inputs
+from seqpack_cli.prepare.engines.dask.store_footers import store_inputs
 from seqpack_cli.prepare.engines.dask.store_index import (
     IndexPart,
     IndexRange,
@@ -54,9 +54,9 @@ from seqpack_cli.prepare.engines.dask.tasks import TaskSettings
 from seqpack_cli.prepare.one_pass import write_error
 from seqpack_cli.prepare.pools.offsets import changed_error
 from seqpack_cli.prepare.store_files import create_sized, npy_header
+from seqpack_cli.prepare.token_batches import StoreColumns
 from seqpack_cli.prepare.token_files import row_locator, source_info
 from seqpack_cli.prepare.token_reading import TokenInput
-from seqpack_cli.prepare.token_store import STORE_RULES
 from seqpack_cli.prepared import PreparedWriter
 from seqpack_cli.token_sources import (
     IDS_NAME,
@@ -105,7 +105,6 @@ class _Store:
         self.scratch = writer.work_dir / "store-scratch"
         self.inputs: dict[str, list[TokenInput]] = {}
         self.footer_errors: dict[str, InputError] = {}
-        self.dtypes: dict[str, np.dtype[Any]] = {}
         self.num_rows = 0
         self.locate: Callable[[int], str] = str
 
@@ -117,8 +116,12 @@ class _Store:
         )
         if self.footer_errors:  # stream the tokens alone: their faults come first
             self.columns = {"tokens": self.columns["tokens"]}
-        for role, column in self.columns.items():
-            self.dtypes[role] = store_dtype(role, self.inputs[role], column)
+        self.spec = StoreColumns.of(
+            self.columns,
+            self.inputs,
+            length_column=self.config.length_column,
+            id_column=self.config.id_column,
+        )
         files = self.inputs["tokens"]
         self.num_rows = sum(file.num_rows for file in files)
         self.locate = row_locator(
@@ -138,7 +141,7 @@ class _Store:
         for role in self.columns:
             folder = self.root / role
             folder.mkdir(exist_ok=True)
-            _create(folder / TOKENS_NAME, self.dtypes[role], int(sum(counts[role])))
+            _create(folder / TOKENS_NAME, self.spec.dtypes[role], int(sum(counts[role])))
             _create(folder / OFFSETS_NAME, offsets, self.num_rows + 1)
             if self.config.id_column is not None:
                 _create(folder / IDS_NAME, offsets, self.num_rows)
@@ -146,14 +149,8 @@ class _Store:
 
     def job(self) -> StoreJob:
         config = self.config
-        ranges = {}
-        for role, dtype in self.dtypes.items():
-            limits = np.iinfo(dtype)
-            ranges[role] = STORE_RULES[role].allowed or (int(limits.min), int(limits.max))
-        same = config.length_column == config.tokens_column
         return StoreJob(
-            self.root, self.runs_dir, dict(self.columns), dict(self.dtypes), ranges,
-            None if same else config.length_column, config.id_column, config.over_cap_rule,
+            self.root, self.runs_dir, self.spec, config.over_cap_rule,
             config.cluster_tuning.samples, self.hooks.settings,
         )  # fmt: skip
 
@@ -184,7 +181,7 @@ class _Store:
         file = self.inputs[role][index] if role in self.inputs else self.inputs["tokens"][index]
         ids = self.config.id_column if role == "tokens" else None
         expected = self.hooks.fingerprints[file.path]
-        args = (file, role, self.columns[role], ids, self.dtypes[role], self.scratch, expected)
+        args = (file, role, self.columns[role], ids, self.spec.dtypes[role], self.scratch, expected)
         (error,) = self.hooks.run(f"word {role}", [(stream_error, args, 1)])
         return error if error is not None else changed_error()
 
@@ -258,7 +255,7 @@ class _Store:
             num_values = int(sum(counts[role]))
             files = self.inputs[role]
             info = source_info(
-                column, config.id_column, self.dtypes[role], files, num_values, split=split
+                column, config.id_column, self.spec.dtypes[role], files, num_values, split=split
             )
             (self.root / role / INFO_NAME).write_text(json.dumps(info, indent=1) + "\n", "utf-8")
             own = [PIECES_NAME] if pieces and role == "tokens" else []
@@ -270,7 +267,7 @@ class _Store:
                 self.writer.record_written(f"{role}/{name}", size, digest)
             section[role] = {
                 "column": column,
-                "dtype": self.dtypes[role].name,
+                "dtype": self.spec.dtypes[role].name,
                 "num_sequences": info["num_sequences"],
                 "num_tokens": num_values,
             }

@@ -4,8 +4,7 @@
 role's column, as `token_reading.inspect_token_inputs` does, and where a column has no statistics
 its value range from a pass over it (what `choose_dtype` would read); `store_inputs` (the
 driver) gathers them in the inputs' order, raises the token column's first fault, and keeps the
-other role's for later (the local store reports it only after streaming the tokens);
-`store_dtype` picks each role's dtype as the local store does.
+other role's for later (the local store reports it only after streaming the tokens).
 """
 
 from __future__ import annotations
@@ -13,25 +12,16 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-import numpy as np
-import pyarrow.compute as pc
-
 from seqpack_cli.errors import InputError
 from seqpack_cli.prepare.config import PrepareConfig
 from seqpack_cli.prepare.engines.dask.fingerprints import Fingerprint
 from seqpack_cli.prepare.engines.dask.groups import footer_chunks
-from seqpack_cli.prepare.engines.dask.store_tasks import read_batches
 from seqpack_cli.prepare.engines.dask.tasks import check_inputs
-from seqpack_cli.prepare.token_reading import (
-    TokenInput,
-    ValueRule,
-    choose_dtype,
-    choose_signed_dtype,
-)
+from seqpack_cli.prepare.token_reading import TokenInput, ValueRule, value_range
 from seqpack_cli.prepare.token_reading import inspect_token_input as inspect_one_input
 from seqpack_cli.prepare.token_store import STORE_RULES
 
-__all__ = ["inspect_store_inputs", "store_dtype", "store_inputs"]
+__all__ = ["inspect_store_inputs", "store_inputs"]
 
 
 def inspect_store_inputs(
@@ -55,21 +45,11 @@ def inspect_store_inputs(
             if read.value_range is None and role != "loss_mask":
                 read = TokenInput(
                     read.path, read.num_bytes, read.num_rows, read.num_values,
-                    _value_range(read, column),
+                    value_range(read, column),
                 )  # fmt: skip
             entry[role] = read
         found.append(entry)
     return found
-
-
-def _value_range(file: TokenInput, column: str) -> tuple[int, int]:
-    """(min, max) of the column's values, 0 for none (as `choose_dtype` reads them)."""
-    low, high = 0, 0
-    for batch in read_batches(file, [column]):
-        found = pc.min_max(pc.list_flatten(batch.column(column))).as_py()
-        low = min(low, found["min"] if found["min"] is not None else 0)
-        high = max(high, found["max"] if found["max"] is not None else 0)
-    return int(low), int(high)
 
 
 def store_inputs(
@@ -101,12 +81,3 @@ def store_inputs(
     if "tokens" in errors:
         raise errors["tokens"]
     return inputs, errors
-
-
-def store_dtype(role: str, files: Sequence[TokenInput], column: str) -> np.dtype[Any]:
-    """Tokens: the smallest unsigned dtype; labels: int32 or int64; a mask: uint8."""
-    if role == "tokens":
-        return choose_dtype(files, column)
-    if role == "labels":
-        return choose_signed_dtype(files, column)
-    return np.dtype("u1")

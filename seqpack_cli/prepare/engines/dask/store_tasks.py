@@ -1,7 +1,8 @@
 """One file group of the token store, streamed into place on a worker: `write_group_store`.
 
 The group's token lists (and labels or mask, the length and id columns) are read once, one
-Arrow batch at a time: every value checked as the local store checks it, then written with
+Arrow batch at a time, by the reader and the batch kernel the local one pass runs
+(`token_reading.file_batches`, `token_batches.check_batch`), then written with
 `pwrite` at the positions the driver gave the group's files (tokens, offsets), so a task run
 again after its worker died writes the same bytes at the same places. With an id column the
 group's (id, row) pairs, sorted by id, go to a run file for the id index (`store_index`). A
@@ -18,29 +19,20 @@ import uuid
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 import pyarrow as pa
-import pyarrow.compute as pc
-import pyarrow.parquet as pq
 
 from seqpack_cli.over_cap import OverCap
 from seqpack_cli.prepare.engines.dask.fingerprints import Fingerprint
 from seqpack_cli.prepare.engines.dask.merge import pwrite_all
 from seqpack_cli.prepare.engines.dask.tasks import TaskSettings, check_inputs, check_visible
 from seqpack_cli.prepare.store_files import HEADER_BYTES, pwrite_at
-from seqpack_cli.prepare.token_reading import (
-    TARGET_VALUES_PER_BATCH,
-    TokenInput,
-)
-from seqpack_cli.prepare.token_stream import within
+from seqpack_cli.prepare.token_batches import StoreColumns, check_batch
+from seqpack_cli.prepare.token_reading import TokenInput, file_batches
 from seqpack_cli.token_sources import OFFSETS_NAME, TOKENS_NAME
 
-__all__ = ["GroupStore", "StoreJob", "id_run_paths", "read_batches", "write_group_store"]
-
-_MAX_BATCH_ROWS = 1 << 16
-_READ_BUFFER = 1 << 22
+__all__ = ["GroupStore", "StoreJob", "id_run_paths", "write_group_store"]
 
 
 @dataclass(frozen=True)
@@ -50,12 +42,8 @@ class StoreJob:
     root: Path
     """The output's temporary directory: each role's folder is in it."""
     runs_dir: Path
-    columns: Mapping[str, str]
-    dtypes: Mapping[str, np.dtype[Any]]
-    ranges: Mapping[str, tuple[int, int]]
-    length_column: str | None
-    """None when it is the token column itself (it then always agrees with the lists)."""
-    id_column: str | None
+    spec: StoreColumns
+    """The columns, dtypes and ranges the batches are checked against (`check_batch`)."""
     over_cap: OverCap
     samples: int
     settings: TaskSettings
@@ -64,13 +52,6 @@ class StoreJob:
 def id_run_paths(runs_dir: Path, group: int) -> tuple[Path, Path]:
     """The group's ids ascending and the global row of each."""
     return runs_dir / f"store-{group}.ids", runs_dir / f"store-{group}.rows"
-
-
-def read_batches(file: TokenInput, columns: list[str]) -> Any:
-    per_row = max(1, file.num_values // max(1, file.num_rows))
-    rows = min(_MAX_BATCH_ROWS, max(1, TARGET_VALUES_PER_BATCH // per_row))
-    with pq.ParquetFile(file.path, buffer_size=_READ_BUFFER, pre_buffer=False) as parquet:
-        yield from parquet.iter_batches(batch_size=rows, columns=columns, use_threads=True)
 
 
 @dataclass
@@ -103,18 +84,17 @@ class _Writer:
     def __init__(self, job: StoreJob) -> None:
         self.job = job
         self.fds: dict[str, int] = {}
-        for role in job.columns:
+        for role in job.spec.columns:
             self.fds[role] = os.open(job.root / role / TOKENS_NAME, os.O_WRONLY)
             self.fds[f"{role}/offsets"] = os.open(job.root / role / OFFSETS_NAME, os.O_WRONLY)
 
     def values(self, role: str, values: np.ndarray, at: int) -> None:
-        dtype = self.job.dtypes[role]
-        array = np.ascontiguousarray(values, dtype=dtype)
-        pwrite_at(self.fds[role], array, HEADER_BYTES + dtype.itemsize * at)
+        array = np.ascontiguousarray(values)
+        pwrite_at(self.fds[role], array, HEADER_BYTES + array.itemsize * at)
 
     def offsets(self, ends: np.ndarray, first_row: int) -> None:
         """`ends` (the offsets of rows first_row + 1, ...) into every role's offsets.npy."""
-        for role in self.job.columns:
+        for role in self.job.spec.columns:
             fd = self.fds[f"{role}/offsets"]
             pwrite_all(fd, ends, HEADER_BYTES // 8 + first_row + 1)
 
@@ -124,33 +104,13 @@ class _Writer:
         self.fds.clear()
 
 
-def _lists(array: pa.Array) -> tuple[np.ndarray, pa.Array] | None:
-    """(lengths, flattened values) of a list array; None for a NULL list or a NULL value."""
-    if array.null_count:
-        return None
-    values = pc.list_flatten(array)
-    if values.null_count:
-        return None
-    lengths = pc.list_value_length(array).to_numpy(zero_copy_only=False).astype(np.int64)
-    return lengths, values
-
-
-def _ids(array: pa.Array) -> np.ndarray | None:
-    if array.null_count:
-        return None
-    ids = array.to_numpy(zero_copy_only=False)
-    if ids.dtype == np.uint64 and ids.size and int(ids.max()) > np.iinfo(np.int64).max:
-        return None
-    return ids.astype(np.int64, copy=False)
-
-
 class _Group:
     """One group's pass: `file` for each of its files, then `result`."""
 
     def __init__(self, job: StoreJob, first_row: int, starts: Mapping[str, Sequence[int]]) -> None:
         self.job, self.starts = job, starts
         self.row = first_row  # the global row of the next row read
-        self.result = GroupStore({role: [] for role in job.columns})
+        self.result = GroupStore({role: [] for role in job.spec.columns})
         self.id_parts: list[np.ndarray] = []
         self.writer: _Writer | None = _Writer(job)
         self.stopped = False  # a tokens fault: nothing later in this group matters
@@ -166,15 +126,14 @@ class _Group:
 
     def file(self, index: int, position: int, file: TokenInput) -> None:
         """Stream the group's file `position` (input `index`)."""
-        job = self.job
-        names = [*job.columns.values(), job.length_column, job.id_column]
-        columns = list(dict.fromkeys(name for name in names if name is not None))
-        at = {role: self.starts[role][position] for role in job.columns}
-        read = {role: 0 for role in job.columns}
+        roles = self.job.spec.columns
+        columns = self.job.spec.read_columns()
+        at = {role: self.starts[role][position] for role in roles}
+        read = dict.fromkeys(roles, 0)
         faulted: set[str] = set()
         rows = 0
         try:
-            for batch in read_batches(file, columns):
+            for batch in file_batches(file, columns):
                 self._batch(batch, at, read, faulted)
                 rows += batch.num_rows
                 if self.stopped:
@@ -187,9 +146,9 @@ class _Group:
             self.result.stream_faults.setdefault(role, index)
         if "tokens" in faulted:
             self.stopped = True
-        for role in job.columns:
+        for role in roles:
             self.result.counts[role].append(read[role])
-        if any(read[role] != self._planned(role, position) for role in job.columns):
+        if any(read[role] != self._planned(role, position) for role in roles):
             self._stop_writing()
 
     def _planned(self, role: str, position: int) -> int:
@@ -203,67 +162,45 @@ class _Group:
         read: dict[str, int],
         faulted: set[str],
     ) -> None:
-        job = self.job
+        """Check the batch (`check_batch`), record its faults, write what may be written."""
         first_row, self.row = self.row, self.row + batch.num_rows
-        tokens = _lists(batch.column(job.columns["tokens"]))
-        ids = None if job.id_column is None else _ids(batch.column(job.id_column))
-        low, high = job.ranges["tokens"]
-        if tokens is None or (job.id_column is not None and ids is None):
+        check = check_batch(self.job.spec, batch)
+        rows = check.rows
+        if rows is None or check.lengths_null:  # a NULL length: the inputs changed
             faulted.add("tokens")
             self.stopped = True
             return
-        lengths, flat = tokens
-        values = {"tokens": flat.to_numpy(zero_copy_only=False)}
-        if not within(values["tokens"], low, high):
-            faulted.add("tokens")
-            self.stopped = True
-            return
-        for role, column in job.columns.items():
-            if role == "tokens" or role in faulted:
-                continue
-            found = _lists(batch.column(column))
-            if found is None or not within(found[1].to_numpy(zero_copy_only=False),
-                                           *job.ranges[role]):  # fmt: skip
-                faulted.add(role)
-                self._stop_writing()
-                continue
-            theirs = found[0]
-            values[role] = found[1].to_numpy(zero_copy_only=False)
-            bad = np.flatnonzero(theirs != lengths)
-            if bad.size and self.result.mismatch is None:
-                k = int(bad[0])
-                self.result.mismatch = (first_row + k, int(theirs[k]), int(lengths[k]))
-                self._stop_writing()
-        self.check_pools(batch, lengths, ids, first_row)
-        if ids is not None:
-            rows = np.arange(first_row, first_row + lengths.size, dtype=np.int64)
-            self.id_parts.append(np.stack([ids, rows]))
+        if check.refused:
+            faulted.update(check.refused)
+            self._stop_writing()
+        if check.mismatch is not None and self.result.mismatch is None:
+            k, values, tokens = check.mismatch
+            self.result.mismatch = (first_row + k, values, tokens)
+            self._stop_writing()
+        if check.claimed is not None:
+            self.result.lengths_differ = self.result.lengths_differ or check.lengths_differ
+            self.check_pools(check.claimed, rows.lengths, rows.ids, first_row)
+        if rows.ids is not None:
+            row_numbers = np.arange(first_row, first_row + rows.lengths.size, dtype=np.int64)
+            self.id_parts.append(np.stack([rows.ids, row_numbers]))
         if self.writer is not None:
-            ends = np.cumsum(lengths)
+            ends = np.cumsum(rows.lengths)
             ends += at["tokens"] + read["tokens"]
             self.writer.offsets(ends, first_row)
-            for role, array in values.items():
+            for role, array in rows.values.items():
                 self.writer.values(role, array, at[role] + read[role])
-        for role, array in values.items():
+        for role, array in rows.values.items():
             read[role] += int(array.size)
 
     def check_pools(
-        self, batch: pa.RecordBatch, lengths: np.ndarray, ids: np.ndarray | None, first_row: int
+        self, claimed: np.ndarray, lengths: np.ndarray, ids: np.ndarray | None, first_row: int
     ) -> None:
-        """The first pooled row whose pool is not its stored length (`token_store.check_pools`)."""
-        job = self.job
-        if job.length_column is None:
-            return
-        given = batch.column(job.length_column)
-        if pa.types.is_integer(given.type):
-            claimed = given.to_numpy(zero_copy_only=False).astype(np.int64)
-        else:
-            claimed = pc.list_value_length(given).to_numpy(zero_copy_only=False).astype(np.int64)
-        if not self.result.lengths_differ and np.any(claimed != lengths):
-            self.result.lengths_differ = True
-        cap = job.over_cap.max_seq_len
-        pooled, pool = job.over_cap.pooled(claimed)
-        at_least = job.over_cap.truncates & (pool == cap)  # truncate: stored whole, pooled cut
+        """The first pooled row whose pool is not its stored length (`token_store.check_pools`):
+        `claimed` the length column's lengths, `lengths` the lists'."""
+        over_cap = self.job.over_cap
+        cap = over_cap.max_seq_len
+        pooled, pool = over_cap.pooled(claimed)
+        at_least = over_cap.truncates & (pool == cap)  # truncate: stored whole, pooled cut
         bad = pooled & np.where(at_least, lengths < cap, lengths != pool)
         if not bad.any():
             return
@@ -279,7 +216,7 @@ class _Group:
     def finish(self, group: int) -> GroupStore:
         """Close the files; with an id column write the group's run of (id, row) by id."""
         self.close()
-        if self.job.id_column is None or self.stopped:
+        if self.job.spec.id_column is None or self.stopped:
             return self.result
         pairs = np.concatenate(self.id_parts, axis=1) if self.id_parts else np.zeros((2, 0))
         pairs = pairs.astype(np.int64, copy=False)
