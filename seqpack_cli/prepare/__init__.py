@@ -19,7 +19,8 @@ a `prepared/` directory.
   (`token_stream` decodes it in threads, `ordered` hands the work units over in order,
   `token_batches` checks each batch: the one batch kernel, the Dask store tasks' too) and
   `streamed_store` writes the store as it streams, through `store_files` (the store files'
-  `.npy` headers; files written and hashed front to back); `token_store` is the store of the
+  `.npy` headers; files written and hashed front to back); `pieces`: the ids and table of the
+  pieces of split sequences (both engines); `token_store` is the store of the
   two-pass job; `num_targets`: the `num_targets.npy` post-pass of every store;
 - text in (`--tokenizer`): `tokenize_options` (`TokenizeOptions`), `text_inputs` (the text
   columns checked in the footers), `tokenized_pass` (the text read once, tokenized by

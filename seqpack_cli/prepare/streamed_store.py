@@ -11,10 +11,7 @@ afterwards. The files are byte for byte those of the two-pass `prepare.token_sto
 
 With `split_at` (`--over-cap split`) a sequence longer than `split_at` is stored as pieces of
 `split_at` tokens (the last one the remainder), each a row of its own: the tokens stay where
-they are, `offsets.npy` gets the cuts. Pieces take new ids, past the largest input id (the
-largest id of the id column, or the last row index), numbered in ascending order of (source id,
-position): the ids do not depend on how the rows are spread over files. `pieces.npy` maps each
-piece back to its source id and start.
+they are, `offsets.npy` gets the cuts. The pieces' ids and `pieces.npy` follow `prepare.pieces`.
 """
 
 from __future__ import annotations
@@ -26,17 +23,16 @@ from pathlib import Path
 
 import numpy as np
 
-from seqpack_cli.errors import InputError, option
 from seqpack_cli.over_cap import cut_lengths
+from seqpack_cli.prepare.pieces import first_piece_id, piece_ids_error, piece_table, split_figures
 from seqpack_cli.prepare.store_files import StoreFile, Writes
 from seqpack_cli.prepare.token_batches import StoreColumns, TokenBatch
 from seqpack_cli.prepare.token_reading import IDS_BY_ROW_NAME
 from seqpack_cli.token_sources import IDS_NAME, OFFSETS_NAME, PIECES_NAME, ROWS_NAME, TOKENS_NAME
 
-__all__ = ["LengthCounter", "StreamedStore", "piece_ids_error"]
+__all__ = ["LengthCounter", "StreamedStore"]
 
 _DENSE_LENGTHS = 1 << 20  # lengths below this are counted in an array, longer ones in a Counter
-_INT64_MAX = int(np.iinfo(np.int64).max)
 
 
 class LengthCounter:
@@ -67,18 +63,6 @@ class LengthCounter:
         counts = dict(zip(present.tolist(), self.dense[present].tolist(), strict=True))
         counts.update(self.sparse)
         return {length: counts[length] for length in sorted(counts)}
-
-
-def piece_ids_error(id_column: str | None, first: int, num_pieces: int) -> InputError | None:
-    """The error for `num_pieces` new ids from `first` on that do not fit below 2**63 (None when
-    they fit)."""
-    if not num_pieces or first <= _INT64_MAX - num_pieces + 1:
-        return None
-    return InputError(
-        f"id column {id_column!r} ({option('id_column')}) holds ids up to {first - 1}, which "
-        f"leaves no room below 2**63 for the {num_pieces} new ids of the pieces of split "
-        f"sequences; renumber the ids, or drop {option('id_column')} to use row indexes as ids"
-    )
 
 
 class StreamedStore:
@@ -188,9 +172,7 @@ class StreamedStore:
 
     def first_piece_id(self) -> int:
         """The first id a piece takes: one past the largest input id."""
-        if self.spec.id_column is None:
-            return self.num_input_rows
-        return (self.id_max if self.id_max is not None else -1) + 1
+        return first_piece_id(self.spec.id_column, self.id_max, self.num_input_rows)
 
     def number_pieces(self) -> dict[str, int] | None:
         """Give the pieces their ids (in the ids-by-row scratch file) and write the piece table;
@@ -207,24 +189,14 @@ class StreamedStore:
         error = piece_ids_error(self.spec.id_column, first, num_pieces)
         if error is not None:
             raise error
-        piece_ids = np.arange(first, first + num_pieces, dtype=np.int64)
-        within = np.arange(num_pieces, dtype=np.int64) - np.repeat(
-            np.cumsum(counts) - counts, counts
-        )
+        within, table = piece_table(sources, counts, first, self.split_at)
         if num_pieces:
             by_row = np.memmap(tokens_dir / IDS_BY_ROW_NAME, dtype=np.int64, mode="r+")
-            by_row[np.repeat(first_rows, counts) + within] = piece_ids
+            by_row[np.repeat(first_rows, counts) + within] = table[:, 0]
             by_row.flush()
             del by_row
-        assert self.split_at is not None
-        table = np.stack([piece_ids, np.repeat(sources, counts), within * self.split_at], axis=1)
         np.save(tokens_dir / PIECES_NAME, np.ascontiguousarray(table, dtype="<i8"))
-        return {
-            "max_seq_len": self.split_at,
-            "num_split": int(sources.size),
-            "num_pieces": num_pieces,
-            "first_piece_id": first,
-        }
+        return split_figures(self.split_at, int(sources.size), num_pieces, first)
 
     def split_ids_repeat(self) -> bool:
         """Whether a split sequence's id is another sequence's too (the id index, sorted, holds

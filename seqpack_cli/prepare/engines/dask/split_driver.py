@@ -38,10 +38,10 @@ from seqpack_cli.prepare.engines.dask.split_tasks import (
     write_rows,
 )
 from seqpack_cli.prepare.engines.dask.store_driver import StoreHooks
+from seqpack_cli.prepare.pieces import first_piece_id, piece_ids_error, split_figures
 from seqpack_cli.prepare.pools.offsets import changed_error
 from seqpack_cli.prepare.pools.scan import PoolScan
 from seqpack_cli.prepare.store_files import create_sized, npy_header, pieces_header
-from seqpack_cli.prepare.streamed_store import piece_ids_error
 from seqpack_cli.prepared import PreparedWriter, pool_file_name
 from seqpack_cli.prepared.pool_files import npy_header as pool_header
 from seqpack_cli.token_sources import IDS_NAME, OFFSETS_NAME, PIECES_NAME, ROWS_NAME
@@ -79,9 +79,8 @@ class ClusterSplit:
         size = self.hooks.task_ids(num_rows, tuning.check_ids)
         chunks = [(start, min(start + size, num_rows)) for start in range(0, num_rows, size)]
         extras, parts = self._count(job, chunks)
-        first_piece = num_rows  # past the largest id: the last row index, or the id column's
-        if config.id_column is not None:
-            first_piece = max(part.largest_id for part in parts if part.largest_id is not None) + 1
+        largest = [part.largest_id for part in parts if part.largest_id is not None]
+        first_piece = first_piece_id(config.id_column, max(largest, default=None), num_rows)
         num_pieces = sum(part.num_pieces for part in parts)
         error = piece_ids_error(config.id_column, first_piece, num_pieces)
         if error is not None:
@@ -101,12 +100,8 @@ class ClusterSplit:
                 os.replace(folder / new_name(name), folder / name)
         self._record_pools()
         self.scan = self._scan(parts, first_piece, num_pieces)
-        return {
-            "max_seq_len": config.max_seq_len,
-            "num_split": sum(part.num_split for part in parts),
-            "num_pieces": num_pieces,
-            "first_piece_id": first_piece,
-        }
+        num_split = sum(part.num_split for part in parts)
+        return split_figures(config.max_seq_len, num_split, num_pieces, first_piece)
 
     def _count(
         self, job: SplitJob, chunks: Sequence[tuple[int, int]]

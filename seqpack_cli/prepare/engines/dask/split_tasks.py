@@ -31,6 +31,7 @@ from seqpack_cli.over_cap import cut_lengths
 from seqpack_cli.prepare.engines.dask.merge import pwrite_all
 from seqpack_cli.prepare.engines.dask.store_index import hash_store_file
 from seqpack_cli.prepare.engines.dask.tasks import TaskSettings, check_visible
+from seqpack_cli.prepare.pieces import piece_table
 from seqpack_cli.prepare.store_files import HEADER_BYTES, pwrite_at
 from seqpack_cli.prepared.pool_files import pool_file_name
 from seqpack_cli.token_sources import IDS_NAME, OFFSETS_NAME, PIECES_NAME, ROWS_NAME
@@ -253,13 +254,10 @@ def write_ids(job: SplitJob, start: int, stop: int, plan: IdPlan) -> None:
         _index(job, ids[kept], firsts[kept], kept_at)
         # The pieces: ids past every input id, in (source id, start) order.
         pieces, per_row = cut_lengths(lengths[split], job.cap)
-        within = np.arange(pieces.size, dtype=np.int64) - np.repeat(
-            np.cumsum(per_row) - per_row, per_row
-        )
-        piece_ids = np.arange(pieces.size, dtype=np.int64) + (plan.first_piece_id + pieces_at)
+        within, table = piece_table(ids[split], per_row, plan.first_piece_id + pieces_at, job.cap)
+        piece_ids = table[:, 0]
         piece_rows = np.repeat(firsts[split], per_row) + within
         _index(job, piece_ids, piece_rows, plan.num_kept + pieces_at)
-        table = np.stack([piece_ids, np.repeat(ids[split], per_row), within * job.cap], axis=1)
         _pwrite(job.folders[0] / new_name(PIECES_NAME), table.ravel(), _WORD + 3 * pieces_at)
         _into_pools(job.root, lengths[kept], ids[kept], kept_pools)
         _into_pools(job.root, pieces, piece_ids, piece_pools)
