@@ -237,7 +237,7 @@ _TOKENIZER = _object(
     }
 )
 
-# What `seqpack prepare` writes (seqpack_cli/prepare.py `_manifest`, writer.py `commit`).
+# What `seqpack prepare` writes (prepare/job.py `_manifest`, prepared/writer.py `commit`).
 # format and format_version are checked first, by `check_manifest` itself.
 _MANIFEST = _object(
     {

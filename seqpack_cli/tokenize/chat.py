@@ -5,8 +5,9 @@ The Jinja environment copies `transformers.utils.chat_template_utils`: an
 `{% generation %}` tag, `raise_exception`, `strftime_now`, the `tojson` filter (no HTML escaping),
 `dict` and a namespace that refuses underscore names; the template sees `messages`, `tools=None`,
 `documents=None`, `add_generation_prompt` and the tokenizer's named special tokens (`bos_token`,
-...). `render_chat` returns the text and the spans of its `{% generation %}` blocks;
-`split_assistant_spans` gives the spans of a template without markers (see its docstring).
+...). `CompiledTemplate.render_with_spans` returns the text and the spans of its
+`{% generation %}` blocks; `CompiledTemplate.split_assistant_spans` gives the spans of a
+template without markers (see its docstring).
 """
 
 from __future__ import annotations

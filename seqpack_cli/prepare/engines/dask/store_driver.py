@@ -4,8 +4,9 @@ The files are byte for byte those of the local store (`token_store`), and a bad 
 local store's message, for the fault it reports first. The phases, run on the driver from the
 footers and the tasks' small results (no row passes through it):
 
-1. each input's footer for every role's column (`store_tasks.inspect_store_inputs`): the dtypes
-   (as `choose_dtype` picks them) and where each file's values go;
+1. each input's footer for every role's column (`store_footers.inspect_store_inputs`): the
+   dtypes (`StoreColumns.of`, by the local rule `token_reading.store_dtype`) and where each
+   file's values go;
 2. every file created here with its header, at its full size (sparse);
 3. each file group streamed into place (`store_tasks.write_group_store`), its faults returned;
 4. with an id column, the id index written over ranges of ids (`store_index.write_index_range`);
@@ -53,7 +54,7 @@ from seqpack_cli.prepare.engines.dask.store_tasks import (
 from seqpack_cli.prepare.engines.dask.tasks import TaskSettings
 from seqpack_cli.prepare.one_pass import write_error
 from seqpack_cli.prepare.pools.offsets import changed_error
-from seqpack_cli.prepare.store_files import create_sized, npy_header
+from seqpack_cli.prepare.store_files import create_sized, store_header
 from seqpack_cli.prepare.token_batches import StoreColumns
 from seqpack_cli.prepare.token_files import row_locator, source_info
 from seqpack_cli.prepare.token_reading import TokenInput
@@ -89,7 +90,7 @@ class StoreHooks:
 
 def _create(path: Path, dtype: np.dtype[Any], count: int) -> None:
     """`path` with its .npy header for `count` values, at its full size (zeros, sparse)."""
-    create_sized(path, npy_header(dtype, count), dtype.itemsize * count)
+    create_sized(path, store_header(dtype, count), dtype.itemsize * count)
 
 
 class _Store:

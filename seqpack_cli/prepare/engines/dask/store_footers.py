@@ -1,4 +1,4 @@
-"""The footers of the token store's inputs: read by tasks, checked and turned into dtypes here.
+"""The footers of the token store's inputs: read by tasks, checked and gathered here.
 
 `inspect_store_inputs` (a task over consecutive inputs) reads each input's footer for every
 role's column, as `token_reading.inspect_token_inputs` does, and where a column has no statistics
