@@ -19,9 +19,9 @@ path; the driver reads only the small results of the tasks, never a row.
 - `group_sort`: a file group's ids ordered in memory (groups that fit `ClusterTuning.memory_ids`);
 - `--over-cap split`: `split_tasks` (the checked store's rows cut into pieces), `split_driver`
   (the phases);
-- the token store (`--tokens-column`): `store_footers` (footers, dtypes), `store_tasks` (a file
-  group streamed into place), `store_index` (the id index, the hashes), `store_faults` (faults
-  worded by the local store's code), `store_driver` (the phases).
+- the token store (`--tokens-column`): `store_footers` (the inputs' footers and value ranges),
+  `store_tasks` (a file group streamed into place), `store_index` (the id index, the hashes),
+  `store_faults` (faults worded by the local store's code), `store_driver` (the phases).
 
 Nothing here is imported by `import seqpack_cli`, and Dask only once the engine starts.
 """
