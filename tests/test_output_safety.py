@@ -682,13 +682,13 @@ def test_sigterm_while_waiting_for_the_pool_files_removes_every_one(
     real_header, real_rmdir = pool_files.npy_header, os.rmdir
     calls, early = [], []
 
-    def header(count: int) -> bytes:
+    def header(dtype: np.dtype, count: int) -> bytes:
         if threading.current_thread().name == "seqpack-create":
             calls.append(count)
             if len(calls) == 2:  # the first file exists; the second is about to be created
                 creating.set()
                 release.wait(10)
-        return real_header(count)
+        return real_header(dtype, count)
 
     def rmdir(path, *args, **kwargs):
         if os.fspath(path).endswith("pools") and not release.is_set():

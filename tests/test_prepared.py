@@ -20,6 +20,7 @@ import pytest
 from conftest import ParquetDataset
 
 from seqpack_cli.errors import ConfigError, InputError, PreparedFormatError
+from seqpack_cli.npy_files import npy_header
 from seqpack_cli.prepared import (
     FORMAT_VERSION,
     Prepared,
@@ -28,7 +29,6 @@ from seqpack_cli.prepared import (
     pool_file_name,
     write_prepared,
 )
-from seqpack_cli.prepared.pool_files import npy_header
 
 COUNTS = {3: 2, 5: 3, 7: 1}
 POOLS = {3: [40, 10], 5: [2, 99, 50], 7: [8]}
@@ -130,7 +130,7 @@ def test_npy_header_is_numpys(count: int) -> None:
     buffer = io.BytesIO()
     header = {"descr": "<i8", "fortran_order": False, "shape": (count,)}
     np.lib.format.write_array_header_1_0(buffer, header)
-    assert npy_header(count) == buffer.getvalue()
+    assert npy_header(np.dtype("<i8"), count) == buffer.getvalue()
 
 
 def test_pools_pickle_as_their_location(prepared_dir: Path) -> None:

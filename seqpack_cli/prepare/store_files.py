@@ -1,5 +1,6 @@
-"""The token store's `.npy` files: their header (`HEADER_BYTES`, `npy_header`), and files written
-front to back and hashed as they are written (`StoreFile`, `Writes`).
+"""The token store's `.npy` files: their fixed-size headers (`HEADER_BYTES`, `store_header`,
+`pieces_header`, built by `seqpack_cli.npy_files.npy_header`), and files written front to back
+and hashed as they are written (`StoreFile`, `Writes`).
 
 The one-pass store writes gigabytes; hashing them (sha256) and copying them into the page cache
 (the write system calls) each take a core's time, so they run side by side: the caller hashes
@@ -21,7 +22,14 @@ from typing import Any, BinaryIO
 import numpy as np
 
 from seqpack_cli.interrupts import signals_held
-from seqpack_cli.prepared.pool_files import write_all
+
+# pwrite_at is imported only for engines/dask/store_tasks.py, which another change is rewriting
+# and which still imports it from here: drop it once that module imports seqpack_cli.npy_files.
+from seqpack_cli.npy_files import (
+    npy_header,
+    pwrite_at,  # noqa: F401
+    write_all,
+)
 
 __all__ = [
     "HEADER_BYTES",
@@ -29,9 +37,8 @@ __all__ = [
     "Writes",
     "append_values",
     "create_sized",
-    "npy_header",
     "pieces_header",
-    "pwrite_at",
+    "store_header",
 ]
 
 HEADER_BYTES = 128
@@ -41,22 +48,16 @@ _MAX_QUEUED_BYTES = 1 << 26
 _POLL_SECONDS = 0.1  # waits wake up this often, so signals reach the main thread
 
 
-def npy_header(dtype: np.dtype[Any], count: int) -> bytes:
-    """A version 1.0 .npy header of a 1-d array, padded to `HEADER_BYTES` bytes (so a header
-    written before the count was known can be rewritten in place)."""
-    text = f"{{'descr': {np.lib.format.dtype_to_descr(dtype)!r}, 'fortran_order': False, "
-    text += f"'shape': ({count},), }}"
-    body = text.ljust(HEADER_BYTES - 10 - 1) + "\n"
-    return b"\x93NUMPY\x01\x00" + len(body).to_bytes(2, "little") + body.encode("latin1")
+def store_header(dtype: np.dtype[Any], count: int) -> bytes:
+    """The header of a 1-d store file (tokens, labels, offsets, ids, rows): `HEADER_BYTES` long
+    whatever the count, so it can be written before the count is known and rewritten in place."""
+    return npy_header(dtype, count, padded_to=HEADER_BYTES)
 
 
 def pieces_header(count: int) -> bytes:
-    """`np.save`'s header of a (count, 3) int64 array (`pieces.npy`): `npy_header`'s, with a
-    second axis, the same size (so its values start at `HEADER_BYTES` too)."""
-    one_d = npy_header(np.dtype("<i8"), count)
-    body = one_d[10:].decode("latin1").rstrip().replace(",)", ", 3)", 1)
-    body = body.ljust(len(one_d) - 10 - 1) + "\n"
-    return one_d[:10] + body.encode("latin1")
+    """The header of `pieces.npy`, a (count, 3) int64 table, `HEADER_BYTES` long like every
+    store file's (so its values start at `HEADER_BYTES` too)."""
+    return npy_header(np.dtype("<i8"), (count, 3), padded_to=HEADER_BYTES)
 
 
 def append_values(out: BinaryIO, values: np.ndarray) -> None:
@@ -71,7 +72,7 @@ def create_sized(path: Path, header: bytes, num_bytes: int) -> None:
 
     Args:
         path: the file, created or truncated.
-        header: its `.npy` header (`npy_header`, `pieces_header`).
+        header: its `.npy` header (`store_header`, `pieces_header`).
         num_bytes: the size of its values.
     """
     fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
@@ -80,21 +81,6 @@ def create_sized(path: Path, header: bytes, num_bytes: int) -> None:
         os.ftruncate(fd, len(header) + num_bytes)
     finally:
         os.close(fd)
-
-
-def pwrite_at(fd: int, buffer: Any, offset: int) -> None:
-    """Write all of `buffer` at byte `offset` of the open file `fd` (a pwrite may be partial):
-    the one positional write loop of the package.
-
-    Args:
-        fd: a file descriptor open for writing.
-        buffer: a contiguous buffer (a C-contiguous array, bytes, a memoryview).
-        offset: the byte position of its first byte.
-    """
-    view = memoryview(buffer).cast("B")
-    done = 0
-    while done < len(view):
-        done += os.pwrite(fd, view[done:], offset + done)
 
 
 class Writes:
@@ -170,7 +156,7 @@ class StoreFile:
     def __init__(self, path: Path, dtype: np.dtype[Any], predicted: int, writes: Writes) -> None:
         self.path, self.dtype, self.predicted = path, dtype, predicted
         self._writes = writes
-        header = npy_header(dtype, predicted)
+        header = store_header(dtype, predicted)
         self._fd: int | None = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
         self._digest = hashlib.sha256(header)
         writes.write(self._fd, memoryview(header))
@@ -197,7 +183,7 @@ class StoreFile:
         if self.count == self.predicted:
             return self._digest.hexdigest()
         with open(self.path, "r+b") as handle:
-            handle.write(npy_header(self.dtype, self.count))
+            handle.write(store_header(self.dtype, self.count))
         return None
 
     def abort(self) -> None:

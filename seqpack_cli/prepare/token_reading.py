@@ -24,7 +24,7 @@ import pyarrow.parquet as pq
 
 from seqpack_cli.errors import InputError, option
 from seqpack_cli.prepare.input_batches import input_kind
-from seqpack_cli.prepare.store_files import append_values, npy_header
+from seqpack_cli.prepare.store_files import append_values, store_header
 from seqpack_cli.token_sources import OFFSETS_NAME, TOKENS_NAME
 
 __all__ = [
@@ -375,8 +375,8 @@ def stream_token_lists(
         open(directory / OFFSETS_NAME, "wb") as offsets,
         open(os.devnull if id_column is None else directory / IDS_BY_ROW_NAME, "wb") as ids,
     ):
-        tokens.write(npy_header(dtype, 0))  # rewritten once the count is known
-        offsets.write(npy_header(np.dtype("<i8"), num_rows + 1))
+        tokens.write(store_header(dtype, 0))  # rewritten once the count is known
+        offsets.write(store_header(np.dtype("<i8"), num_rows + 1))
         append_values(offsets, np.zeros(1, dtype=np.int64))
         for file in files:
             row = 0
@@ -396,5 +396,5 @@ def stream_token_lists(
                     "first read; run again once the inputs stay put"
                 )
         tokens.seek(0)
-        tokens.write(npy_header(dtype, num_tokens))
+        tokens.write(store_header(dtype, num_tokens))
     return num_tokens

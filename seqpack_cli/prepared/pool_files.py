@@ -26,8 +26,9 @@ from typing import Any
 import numpy as np
 
 from seqpack_cli.checks import check_int
+from seqpack_cli.npy_files import npy_header, write_all
 
-__all__ = ["POOL_DTYPE", "RESERVED_FDS", "PoolFiles", "npy_header", "pool_file_name", "write_all"]
+__all__ = ["POOL_DTYPE", "RESERVED_FDS", "PoolFiles", "pool_file_name"]
 
 logger = logging.getLogger(__name__)
 
@@ -46,28 +47,6 @@ except ImportError:  # not on Windows: files are then opened per append
 def pool_file_name(length: int) -> str:
     """The path of a length's pool inside a prepared directory (`pools/{length}.npy`)."""
     return f"{POOLS_DIR}/{int(length)}.npy"
-
-
-def npy_header(count: int) -> bytes:
-    """The .npy (version 1.0) header of a 1-d little-endian int64 array, byte for byte what
-    `np.save` writes; built directly because numpy's writer costs ~30 us per pool."""
-    text = f"{{'descr': '<i8', 'fortran_order': False, 'shape': ({int(count)},), }}"
-    # numpy pads magic (6) + version (2) + length (2) + header + newline to a multiple of 64.
-    padding = -(10 + len(text) + 1) % 64
-    body = (text + " " * padding + "\n").encode("latin1")
-    return b"\x93NUMPY\x01\x00" + len(body).to_bytes(2, "little") + body
-
-
-def write_all(fd: int, buffers: list[Any]) -> None:
-    """os.writev until every byte is written (a write may be partial)."""
-    views = [memoryview(buffer).cast("B") for buffer in buffers]
-    while views:
-        written = os.writev(fd, views)
-        while views and written >= len(views[0]):
-            written -= len(views[0])
-            views.pop(0)
-        if views and written:
-            views[0] = views[0][written:]
 
 
 def _open_files_now() -> int:
@@ -158,7 +137,7 @@ class PoolFiles:
         for index, count in enumerate(self._expected):
             if stop is not None and stop.is_set():
                 return
-            header = npy_header(count)
+            header = npy_header(POOL_DTYPE, count)
             fd = os.open(self._path(index), os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
             try:
                 write_all(fd, [header])
@@ -217,7 +196,7 @@ class PoolFiles:
             )
         return {
             pool_file_name(length): {
-                "bytes": len(npy_header(expected)) + 8 * expected,
+                "bytes": len(npy_header(POOL_DTYPE, expected)) + 8 * expected,
                 "sha256": digest.hexdigest(),
             }
             for length, expected, digest in zip(

@@ -32,6 +32,7 @@ import numpy as np
 
 from seqpack_cli.checks import check_int
 from seqpack_cli.errors import PreparedFormatError
+from seqpack_cli.npy_files import npy_header
 from seqpack_cli.over_cap import OverCap
 from seqpack_cli.prepared.consistency import (
     check_figures,
@@ -48,7 +49,7 @@ from seqpack_cli.prepared.integrity import (
 )
 from seqpack_cli.prepared.multiples import check_length_multiple, slot_counts
 from seqpack_cli.prepared.pool_files import POOL_DTYPE as _POOL_DTYPE
-from seqpack_cli.prepared.pool_files import POOLS_DIR, npy_header, pool_file_name
+from seqpack_cli.prepared.pool_files import POOLS_DIR, pool_file_name
 from seqpack_cli.prepared.schema import check_manifest, unusable
 from seqpack_cli.prepared.slot_pools import SlotPools
 from seqpack_cli.prepared.snapshot import open_directory, read_text_at, reopen, was_replaced
@@ -359,7 +360,7 @@ def _read_contents(
         # check of _check_files catches a pool that disagrees with the counts without opening it.
         name = pool_file_name(length)
         recorded = files[name]["bytes"]
-        if recorded != len(npy_header(count)) + 8 * count:
+        if recorded != len(npy_header(_POOL_DTYPE, count)) + 8 * count:
             raise unusable(
                 root,
                 f"{name} has {recorded} bytes in the manifest, but counts.json says {count} "

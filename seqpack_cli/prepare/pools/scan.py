@@ -39,6 +39,7 @@ import numpy as np
 import pyarrow.parquet as pq
 
 from seqpack_cli.errors import ConfigError, InputError, option
+from seqpack_cli.npy_files import pwrite_at
 from seqpack_cli.over_cap import OverCap
 from seqpack_cli.prepare.db import first_line, load_sql, one_row, read_error, read_params
 from seqpack_cli.prepare.footers import InputFile
@@ -51,7 +52,6 @@ from seqpack_cli.prepare.pools.split import split_pools
 from seqpack_cli.prepare.pools.stream import NullIds, stream_batches
 from seqpack_cli.prepare.pools.tuning import PoolTuning
 from seqpack_cli.prepare.scan import length_query, location
-from seqpack_cli.prepare.store_files import pwrite_at
 from seqpack_cli.progress import ProgressCallback
 
 __all__ = [

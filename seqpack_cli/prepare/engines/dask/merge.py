@@ -16,8 +16,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from seqpack_cli.npy_files import pwrite_at
 from seqpack_cli.prepare.pools.offsets import changed_error
-from seqpack_cli.prepare.store_files import pwrite_at
 
 __all__ = [
     "MIN_BLOCK",

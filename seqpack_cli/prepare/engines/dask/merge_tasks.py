@@ -22,6 +22,7 @@ from pathlib import Path
 
 import numpy as np
 
+from seqpack_cli.npy_files import npy_header, write_all
 from seqpack_cli.prepare.engines.dask.groups import MergeUnit
 from seqpack_cli.prepare.engines.dask.merge import (
     DuplicateCounter,
@@ -33,7 +34,7 @@ from seqpack_cli.prepare.engines.dask.merge import (
 from seqpack_cli.prepare.engines.dask.pool_tasks import run_paths
 from seqpack_cli.prepare.engines.dask.tasks import check_visible
 from seqpack_cli.prepare.pools.offsets import changed_error
-from seqpack_cli.prepared.pool_files import POOLS_DIR, npy_header, pool_file_name, write_all
+from seqpack_cli.prepared.pool_files import POOL_DTYPE, POOLS_DIR, pool_file_name
 
 __all__ = ["DuplicatePart", "MergeJob", "WrittenPool", "check_range", "merge_pools"]
 
@@ -66,7 +67,7 @@ def _write_pool(
     job: MergeJob, length: int, count: int, chunks: Iterable[np.ndarray]
 ) -> WrittenPool:
     """Write the ids after the header the driver wrote (`pool_files`), hashing header and ids."""
-    header = npy_header(count)
+    header = npy_header(POOL_DTYPE, count)
     try:
         fd = os.open(job.output_dir / pool_file_name(length), os.O_WRONLY)
     except FileNotFoundError:

@@ -25,6 +25,7 @@ from typing import Any
 
 import numpy as np
 
+from seqpack_cli.npy_files import npy_header
 from seqpack_cli.prepare.config import PrepareConfig
 from seqpack_cli.prepare.engines.dask.split_tasks import (
     IdChunk,
@@ -41,9 +42,9 @@ from seqpack_cli.prepare.engines.dask.store_driver import StoreHooks
 from seqpack_cli.prepare.pieces import first_piece_id, piece_ids_error, split_figures
 from seqpack_cli.prepare.pools.offsets import changed_error
 from seqpack_cli.prepare.pools.scan import PoolScan
-from seqpack_cli.prepare.store_files import create_sized, npy_header, pieces_header
+from seqpack_cli.prepare.store_files import create_sized, pieces_header, store_header
 from seqpack_cli.prepared import PreparedWriter, pool_file_name
-from seqpack_cli.prepared.pool_files import npy_header as pool_header
+from seqpack_cli.prepared.pool_files import POOL_DTYPE
 from seqpack_cli.token_sources import IDS_NAME, OFFSETS_NAME, PIECES_NAME, ROWS_NAME
 
 __all__ = ["ClusterSplit"]
@@ -125,7 +126,9 @@ class ClusterSplit:
         if found != self.kept:
             raise changed_error()
         # Each pool: its header, its kept ids, then its pieces' ids.
-        kept_next = {length: len(pool_header(count)) for length, count in self.kept.items()}
+        kept_next = {
+            length: len(npy_header(POOL_DTYPE, count)) for length, count in self.kept.items()
+        }
         piece_next = {length: kept_next[length] + 8 * kept_total.get(length, 0)
                       for length in self.kept}  # fmt: skip
         plans = []
@@ -148,17 +151,19 @@ class ClusterSplit:
         the scratch file, every pool (the truncate pools' files replaced)."""
         int64 = np.dtype("<i8")
         for folder in job.folders:
-            create_sized(folder / new_name(OFFSETS_NAME), npy_header(int64, num_store_rows + 1),
+            create_sized(folder / new_name(OFFSETS_NAME), store_header(int64, num_store_rows + 1),
                     8 * (num_store_rows + 1))  # fmt: skip
             for name in (IDS_NAME, ROWS_NAME):
-                create_sized(folder / new_name(name), npy_header(int64, num_store_rows),
+                create_sized(folder / new_name(name), store_header(int64, num_store_rows),
                         8 * num_store_rows)  # fmt: skip
         create_sized(job.folders[0] / new_name(PIECES_NAME), pieces_header(num_pieces),
                 24 * num_pieces)  # fmt: skip
         create_sized(job.store_rows, b"", 8 * num_rows)
         for length, count in self.kept.items():
             create_sized(
-                self.writer.tmp_path / pool_file_name(length), pool_header(count), 8 * count
+                self.writer.tmp_path / pool_file_name(length),
+                npy_header(POOL_DTYPE, count),
+                8 * count,
             )
 
     def _record_pools(self) -> None:

@@ -27,12 +27,13 @@ from pathlib import Path
 
 import numpy as np
 
+from seqpack_cli.npy_files import pwrite_at
 from seqpack_cli.over_cap import cut_lengths
 from seqpack_cli.prepare.engines.dask.merge import pwrite_all
 from seqpack_cli.prepare.engines.dask.store_index import hash_store_file
 from seqpack_cli.prepare.engines.dask.tasks import TaskSettings, check_visible
 from seqpack_cli.prepare.pieces import piece_table
-from seqpack_cli.prepare.store_files import HEADER_BYTES, pwrite_at
+from seqpack_cli.prepare.store_files import HEADER_BYTES
 from seqpack_cli.prepared.pool_files import pool_file_name
 from seqpack_cli.token_sources import IDS_NAME, OFFSETS_NAME, PIECES_NAME, ROWS_NAME
 
