@@ -6,7 +6,7 @@ leaves them out. `EpochPlan(..., rank=r, world_size=...)` then gives the rank it
 batch j holds the `batch_size` bins `start + j*B .. start + (j+1)*B - 1` (the last batch may be
 shorter), and worker w of W makes the batches j with j % W == w. torch's in-order DataLoader
 takes one item from each worker in turn, so the training loop receives batches 0, 1, 2, ...:
-the rank's bins in order, whatever W. `deal_bins` is the same with one bin per batch.
+the rank's bins in order, whatever W.
 
 Used by `seqpack_cli.data`; imports torch, so import it only where torch is installed.
 """
@@ -21,7 +21,7 @@ from torch.utils.data import get_worker_info
 
 from seqpack_cli.epoch.plan import EpochPlan
 
-__all__ = ["WorkerShare", "deal_batches", "deal_bins", "rank_and_world_size", "worker_share"]
+__all__ = ["WorkerShare", "deal_batches", "rank_and_world_size", "worker_share"]
 
 # Bins computed per vectorised EpochPlan.bins call, per DataLoader worker: each call has a fixed
 # cost of ~0.7 ms, so small chunks cost 10-15 us per bin and 512-bin chunks ~2 us.
@@ -90,11 +90,3 @@ def deal_batches(
         for offset in range(share.worker * batch_size, len(bins), round_bins):
             batch = bins[offset : offset + batch_size]
             yield first + offset + len(batch), batch
-
-
-def deal_bins(plan: EpochPlan, start: int, share: WorkerShare) -> Iterator[tuple[int, list[int]]]:
-    """`(k, bin k)` for the bins k >= `start` of `plan` that `share`'s worker makes, in order:
-    `deal_batches` with one bin per batch (worker w of W makes the k with (k - start) % W == w).
-    """
-    for end, (bin_ids,) in deal_batches(plan, start, 1, share):
-        yield end - 1, bin_ids

@@ -13,7 +13,6 @@ import typer
 
 __all__ = [
     "JsonOption",
-    "LengthColumnOption",
     "LengthMultipleOption",
     "MaxSeqLenOption",
     "MaxSeqsPerBinOption",
@@ -26,14 +25,6 @@ __all__ = [
     "TokenStoreColumns",
 ]
 
-LengthColumnOption = Annotated[
-    str,
-    typer.Option(
-        "--length-column",
-        help="Parquet column holding each sequence's length in tokens, or its token ids (a list "
-        "column such as input_ids: the length is the number of elements).",
-    ),
-]
 MaxSeqLenOption = Annotated[
     int,
     typer.Option(

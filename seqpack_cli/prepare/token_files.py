@@ -57,7 +57,6 @@ from seqpack_cli.token_sources import (
 )
 
 __all__ = [
-    "ID_INDEX_BYTES_PER_ROW",
     "check_token_source",
     "repeated_id_error",
     "row_locator",
@@ -67,10 +66,6 @@ __all__ = [
 ]
 
 logger = logging.getLogger(__name__)
-
-ID_INDEX_BYTES_PER_ROW = 32
-"""Memory the id index takes while it is built, per row, at most: the id column is sorted in
-memory (the ids, the order, the sorted ids and the sort's scratch): 3.2 GB at 1e8 rows."""
 
 _OWN_NAMES = frozenset(
     {TOKENS_NAME, OFFSETS_NAME, IDS_NAME, ROWS_NAME, INFO_NAME, NUM_TARGETS_NAME}
@@ -185,7 +180,8 @@ def repeated_id_error(id_column: str | None, value: int, first: str, second: str
 
 def write_id_index(directory: Path, id_column: str | None, locate: Callable[[int], str]) -> None:
     """ids.npy (the ids ascending) and rows.npy (the row of each) from the ids in row order;
-    `InputError` for an id held twice. Sorted in memory (`ID_INDEX_BYTES_PER_ROW`)."""
+    `InputError` for an id held twice. Sorted in memory: at most 32 bytes a row (the ids, the
+    order, the sorted ids and the sort's scratch), 3.2 GB at 1e8 rows."""
     by_row = directory / IDS_BY_ROW_NAME
     ids = np.fromfile(by_row, dtype=np.int64)
     order = np.argsort(ids, kind="stable")
@@ -384,7 +380,7 @@ def write_token_source(
         id_column: a column of unique integer ids (prepare's `--id-column`); without it a
             sequence's id is its global row index. Sequences are stored in row order either way;
             the id index (ids ascending and their rows) is sorted in memory
-            (`ID_INDEX_BYTES_PER_ROW`, 32 bytes a row).
+            (at most 32 bytes a row, `write_id_index`).
         dtype: the tokens' dtype; by default the smallest unsigned one that holds the largest
             token id (from the footers' statistics, else a first pass over the column), int32
             for labels (int64 if a value needs it), uint8 for a loss mask. A signed dtype admits
