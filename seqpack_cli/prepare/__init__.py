@@ -34,6 +34,8 @@ a `prepared/` directory.
 
 from __future__ import annotations
 
-from seqpack_cli.prepare.job import PACKERS, PrepareConfig, load_prepared, prepare_dataset
+from seqpack_cli.prepare.config import PACKERS, PrepareConfig
+from seqpack_cli.prepare.job import prepare_dataset
+from seqpack_cli.prepared import load_prepared
 
 __all__ = ["PACKERS", "PrepareConfig", "load_prepared", "prepare_dataset"]

@@ -12,14 +12,14 @@ from typing import Any
 from seqpack_cli.checks import check_int, check_max_seq_len, check_max_seqs_per_bin
 from seqpack_cli.errors import ConfigError, option
 from seqpack_cli.interrupts import signals_held
-from seqpack_cli.over_cap import OVER_CAP, OverCap, check_over_cap, over_cap_option
+from seqpack_cli.over_cap import OverCap, check_over_cap, over_cap_option
 from seqpack_cli.prepare.engines.dask.tuning import ClusterTuning
 from seqpack_cli.prepare.memory_inputs import check_inputs, is_table
 from seqpack_cli.prepare.pools.tuning import PoolTuning
 from seqpack_cli.prepare.tokenize_options import MASK_COLUMN, TOKENS_COLUMN, TokenizeOptions
 from seqpack_cli.prepared.multiples import check_length_multiple
 
-__all__ = ["ENGINES", "OVER_CAP", "PACKERS", "PrepareConfig", "engine_option", "over_cap_option"]
+__all__ = ["ENGINES", "PACKERS", "PrepareConfig", "engine_option"]
 
 PACKERS = ("batched", "per-item")
 ENGINES = ("local", "dask")

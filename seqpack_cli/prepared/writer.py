@@ -55,7 +55,7 @@ from seqpack_cli.prepared.siblings import recover_siblings
 from seqpack_cli.prepared.staging import Staging
 from seqpack_cli.prepared.swap import move_into_place
 
-__all__ = ["PreparedWriter", "check_output", "write_prepared"]
+__all__ = ["PreparedWriter", "write_prepared"]
 
 logger = logging.getLogger(__name__)
 
