@@ -56,12 +56,42 @@ def cut_lengths(lengths: np.ndarray, cap: int) -> tuple[np.ndarray, np.ndarray]:
     return np.minimum(rows - index * cap, cap), pieces
 
 
+# int64 arithmetic is kept only while every sum stays below this (an estimate in float64 is off
+# by far less than the margin to 2**63).
+_INT64_SAFE = 2**62
+
+
+def _exact_arrays(
+    lengths: np.ndarray, counts: np.ndarray, cap: int
+) -> tuple[np.ndarray, np.ndarray]:
+    """`lengths` and `counts` as int64 arrays when no length, count or kept total can reach
+    2**62 (the kept counts sum to at most `sum(count * (length // cap + 1))`), else as Python
+    ints (dtype=object), on which numpy's arithmetic is exact."""
+    lengths, counts = np.asarray(lengths), np.asarray(counts)
+    if lengths.size == 0:
+        return lengths.astype(np.int64), counts.astype(np.int64)
+    float_lengths = np.abs(lengths.astype(np.float64))
+    float_counts = np.abs(counts.astype(np.float64))
+    largest = max(float(float_lengths.max()), float(float_counts.max()))
+    kept_bound = float(np.sum(float_counts * (float_lengths / cap + 1)))
+    if largest < _INT64_SAFE and kept_bound < _INT64_SAFE:
+        return lengths.astype(np.int64), counts.astype(np.int64)
+    return _python_ints(lengths), _python_ints(counts)
+
+
+def _python_ints(values: np.ndarray) -> np.ndarray:
+    """`values` as a dtype=object array of Python ints (numpy ints overflow, Python's do not)."""
+    result = np.empty(values.size, dtype=object)
+    result[:] = [int(value) for value in values.tolist()]
+    return result
+
+
 @dataclass(frozen=True)
 class OverCap:
     """The over-cap `policy` (one of `OVER_CAP`) at `max_seq_len`, validated on construction.
 
-    Lengths may be Python ints past int64 in the histogram methods (a length column of uint64
-    holds them); the array methods take int64 arrays.
+    Lengths may be Python ints past int64 in the histogram methods and in `kept_arrays` (a
+    length column of uint64 holds them); the other array methods take int64 arrays.
     """
 
     policy: str
@@ -142,40 +172,54 @@ class OverCap:
     # ---- histograms -------------------------------------------------------------------------
 
     def kept_histogram(self, histogram: Mapping[int, int]) -> dict[int, int]:
-        """`{length: count}` of what is packed, ascending: the lengths up to `max_seq_len`, plus
-        the longer ones at `max_seq_len` (truncate) or as their pieces (split); drop and error
-        leave them out (error refuses them in `check`)."""
-        cap = self.max_seq_len
-        kept = {length: count for length, count in histogram.items() if length <= cap}
-        for length, count in histogram.items():
-            if length <= cap:
-                continue
-            if self.truncates:
-                kept[cap] = kept.get(cap, 0) + count
-            elif self.splits:  # pieces of cap tokens, the last the remainder
-                full, rest = divmod(length, cap)
-                kept[cap] = kept.get(cap, 0) + full * count
-                if rest:
-                    kept[rest] = kept.get(rest, 0) + count
-        return dict(sorted(kept.items()))
+        """`{length: count}` of what is packed, ascending: `kept_arrays` on the histogram's
+        lengths and counts, exact whatever their size (Python ints past int64 included).
+
+        Args:
+            histogram: `{length: count}` of the inputs, lengths and counts of any size.
+
+        Returns:
+            The kept `{length: count}`, ascending by length, with Python int keys and values.
+        """
+        lengths = np.array(list(histogram), dtype=object)
+        counts = np.array([histogram[length] for length in histogram], dtype=object)
+        kept_lengths, kept_counts = self.kept_arrays(lengths, counts)
+        return dict(zip(kept_lengths.tolist(), kept_counts.tolist(), strict=True))
 
     def kept_arrays(self, lengths: np.ndarray, counts: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """`kept_histogram` on arrays (distinct int64 lengths, their counts): the kept lengths
-        ascending and distinct, and their counts (int64, zero counts included as given)."""
+        """What is packed, on arrays: the lengths up to `max_seq_len`, plus the longer ones at
+        `max_seq_len` (truncate) or as their pieces (split: full pieces of `max_seq_len`, then
+        the remainder); drop and error leave them out (error refuses them in `check`).
+
+        The work is done in int64 when every length, count and sum fits in it with room to
+        spare, else on Python ints (dtype=object), so a histogram of a uint64 length column, or
+        counts whose pieces overflow int64, comes out exact.
+
+        Args:
+            lengths: distinct lengths, any integer dtype or Python ints (dtype=object).
+            counts: their counts, the same size.
+
+        Returns:
+            The kept lengths, ascending and distinct, and their counts (zero counts included as
+            given): int64 arrays, or dtype=object arrays of Python ints where int64 would not
+            hold them.
+        """
         cap = self.max_seq_len
+        lengths, counts = _exact_arrays(lengths, counts, cap)
         over = lengths > cap
-        parts_lengths, parts_counts = [lengths[~over]], [counts[~over].astype(np.int64)]
+        parts_lengths, parts_counts = [lengths[~over]], [counts[~over]]
         if over.any() and self.truncates:
             parts_lengths.append(np.array([cap], dtype=lengths.dtype))
-            parts_counts.append(np.array([counts[over].sum(dtype=np.int64)]))
-        elif over.any() and self.splits:
-            full, rest = np.divmod(lengths[over], cap)
+            parts_counts.append(np.array([counts[over].sum()], dtype=counts.dtype))
+        elif over.any() and self.splits:  # pieces of cap tokens, the last the remainder
+            # // and %, not np.divmod: numpy has no divmod on Python ints (dtype=object)
+            full, rest = lengths[over] // cap, lengths[over] % cap
+            over_counts = counts[over]
             parts_lengths += [np.array([cap], dtype=lengths.dtype), rest[rest > 0]]
-            over_counts = counts[over].astype(np.int64)
-            parts_counts += [np.array([(full * over_counts).sum()]), over_counts[rest > 0]]
-        merged_lengths = np.concatenate(parts_lengths)
-        unique, where = np.unique(merged_lengths, return_inverse=True)
-        merged = np.zeros(unique.size, dtype=np.int64)
+            full_pieces = np.array([(full * over_counts).sum()], dtype=counts.dtype)
+            parts_counts += [full_pieces, over_counts[rest > 0]]
+        unique, where = np.unique(np.concatenate(parts_lengths), return_inverse=True)
+        merged = np.zeros(unique.size, dtype=counts.dtype)
         np.add.at(merged, where, np.concatenate(parts_counts))
         return unique, merged
 

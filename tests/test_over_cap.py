@@ -465,6 +465,84 @@ def test_over_cap_on_arrays_and_one_sequence_at_a_time_agrees_with_the_histogram
     assert dict(Counter(stored.tolist())) == expected
 
 
+def _kept_oracle(histogram: dict[int, int], cap: int, policy: str) -> dict[int, int]:
+    """What is packed, sequence group by sequence group in Python ints: each length up to `cap`
+    kept; a longer one kept at `cap` (truncate), cut into full pieces of `cap` and its remainder
+    (split), or left out (drop, error)."""
+    kept: Counter[int] = Counter()
+    for length, count in histogram.items():
+        if length <= cap:
+            kept[length] += count
+        elif policy == "truncate":
+            kept[cap] += count
+        elif policy == "split":
+            kept[cap] += (length // cap) * count
+            if length % cap:
+                kept[length % cap] += count
+    return dict(sorted(kept.items()))
+
+
+# Lengths small, near 2**63 (past int64) and near 2**64 (a uint64 column's largest); counts
+# small and large enough that the pieces' counts overflow int64.
+_WIDE_LENGTHS = st.one_of(
+    st.integers(1, 60),
+    st.integers(2**63 - 3, 2**63 + 3),
+    st.integers(2**64 - 5, 2**64 - 1),
+    st.integers(1, 2**64 - 1),
+)
+_WIDE_COUNTS = st.one_of(st.integers(0, 9), st.integers(2**61, 2**63 - 1))
+_WIDE_HISTOGRAMS = st.dictionaries(_WIDE_LENGTHS, _WIDE_COUNTS, max_size=10)
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    _WIDE_HISTOGRAMS,
+    st.one_of(st.integers(1, 30), st.integers(1, 2**31 - 1)),
+    st.sampled_from(OVER_CAP),
+)
+def test_kept_histogram_and_kept_arrays_are_one_exact_rule(histogram, cap, policy) -> None:
+    rule = OverCap(policy, cap)
+    expected = _kept_oracle(histogram, cap, policy)
+    kept = rule.kept_histogram(histogram)
+    assert kept == expected and list(kept) == sorted(kept)
+    assert all(type(n) is int and type(c) is int for n, c in kept.items())
+    # The arrays the engines hold: Python ints always; uint64 or int64 where the lengths fit.
+    lengths, counts = list(histogram), [histogram[n] for n in histogram]
+    inputs = [(np.array(lengths, dtype=object), np.array(counts, dtype=object))]
+    if all(c < 2**63 for c in counts):
+        if all(n < 2**64 for n in lengths):
+            inputs.append((np.array(lengths, dtype=np.uint64), np.array(counts, dtype=np.int64)))
+        if all(n < 2**63 for n in lengths):
+            inputs.append((np.array(lengths, dtype=np.int64), np.array(counts, dtype=np.int64)))
+    for array_lengths, array_counts in inputs:
+        got_lengths, got_counts = rule.kept_arrays(array_lengths, array_counts)
+        got = dict(zip(got_lengths.tolist(), got_counts.tolist(), strict=True))
+        assert got == expected, (array_lengths.dtype, got)
+        if max(expected.values(), default=0) >= 2**63:  # int64 could not hold them
+            assert got_counts.dtype == object
+    # Tokens: split keeps every one, truncate the first `cap` of each, drop and error none of
+    # the longer sequences'.
+    kept_tokens = sum(n * c for n, c in kept.items())
+    if policy == "split":
+        assert kept_tokens == sum(n * c for n, c in histogram.items())
+        assert sum(kept.values()) == sum(-(-n // cap) * c for n, c in histogram.items())
+    elif policy == "truncate":
+        assert kept_tokens == sum(min(n, cap) * c for n, c in histogram.items())
+        assert sum(kept.values()) == sum(histogram.values())
+    else:
+        assert kept_tokens == sum(n * c for n, c in histogram.items() if n <= cap)
+
+
+def test_kept_arrays_stays_int64_where_it_fits() -> None:
+    # The Dask driver holds one kept histogram per group: no object arrays for ordinary data.
+    lengths, counts = np.array([3, 12, 25], dtype=np.int64), np.array([2, 1, 4], dtype=np.int64)
+    for policy in OVER_CAP:
+        got_lengths, got_counts = OverCap(policy, 10).kept_arrays(lengths, counts)
+        assert got_lengths.dtype == np.int64 and got_counts.dtype == np.int64
+    got_lengths, got_counts = OverCap("split", 10).kept_arrays(lengths, counts)
+    assert (got_lengths.tolist(), got_counts.tolist()) == ([2, 3, 5, 10], [1, 2, 4, 9])
+
+
 @given(_POLICY_HISTOGRAMS, st.integers(1, 30))
 def test_over_cap_error_names_the_count_and_the_option(histogram, cap) -> None:
     over = {n: c for n, c in histogram.items() if n > cap}
