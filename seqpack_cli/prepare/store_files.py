@@ -22,14 +22,7 @@ from typing import Any, BinaryIO
 import numpy as np
 
 from seqpack_cli.interrupts import signals_held
-
-# pwrite_at is imported only for engines/dask/store_tasks.py, which another change is rewriting
-# and which still imports it from here: drop it once that module imports seqpack_cli.npy_files.
-from seqpack_cli.npy_files import (
-    npy_header,
-    pwrite_at,  # noqa: F401
-    write_all,
-)
+from seqpack_cli.npy_files import npy_header, write_all
 
 __all__ = [
     "HEADER_BYTES",

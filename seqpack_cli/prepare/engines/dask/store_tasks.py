@@ -23,11 +23,12 @@ from pathlib import Path
 import numpy as np
 import pyarrow as pa
 
+from seqpack_cli.npy_files import pwrite_at
 from seqpack_cli.over_cap import OverCap
 from seqpack_cli.prepare.engines.dask.fingerprints import Fingerprint
 from seqpack_cli.prepare.engines.dask.merge import pwrite_all
 from seqpack_cli.prepare.engines.dask.tasks import TaskSettings, check_inputs, check_visible
-from seqpack_cli.prepare.store_files import HEADER_BYTES, pwrite_at
+from seqpack_cli.prepare.store_files import HEADER_BYTES
 from seqpack_cli.prepare.token_batches import StoreColumns, check_batch
 from seqpack_cli.prepare.token_reading import TokenInput, file_batches
 from seqpack_cli.token_sources import OFFSETS_NAME, TOKENS_NAME
