@@ -55,7 +55,6 @@ from seqpack_cli.prepare.scan import length_query, location
 from seqpack_cli.progress import ProgressCallback
 
 __all__ = [
-    "NullIds",
     "PoolScan",
     "first_null_id",
     "footer_id_bounds",
@@ -63,7 +62,6 @@ __all__ = [
     "null_ids_error",
     "reserve_work_file",
     "scan_pools",
-    "stream_batches",
 ]
 
 logger = logging.getLogger(__name__)
