@@ -24,9 +24,9 @@ from typer.testing import CliRunner
 from seqpack_cli.cli.app import app
 from seqpack_cli.collate import CollateOptions
 from seqpack_cli.errors import ConfigError, InputError, PreparedFormatError
-from seqpack_cli.over_cap import OverCap
+from seqpack_cli.over_cap import OVER_CAP, OverCap
 from seqpack_cli.prepare import load_prepared, prepare_dataset
-from seqpack_cli.prepare.job import OVER_CAP, prepare_summary
+from seqpack_cli.prepare.job import prepare_summary
 from seqpack_cli.prepare.pools.tuning import PoolTuning
 from seqpack_cli.prepared.integrity import seal_manifest
 

@@ -8,7 +8,7 @@ from hypothesis import strategies as st
 
 from seqpack_cli.errors import InputError
 from seqpack_cli.over_cap import cut_lengths
-from seqpack_cli.prepare.pieces import first_piece_id, piece_ids_error, piece_table
+from seqpack_cli.prepare.pieces import first_piece_id, piece_ids_error, pieces_of
 
 _sources = st.lists(st.integers(5, 200), min_size=0, max_size=30)
 
@@ -20,7 +20,7 @@ def test_pieces_cover_each_source_once_in_order(lengths: list[int], cap: int, fi
     array = np.array(lengths, dtype=np.int64)
     pieces, per_source = cut_lengths(array, cap)
     sources = np.arange(array.size, dtype=np.int64) * 3 + 11  # ascending ids
-    within, table = piece_table(sources, per_source, first, cap)
+    within, table = pieces_of(sources, per_source, first, cap)
     assert table.shape == (int(per_source.sum()), 3) and table.dtype == np.int64
     assert table[:, 0].tolist() == list(range(first, first + table.shape[0]))
     assert table[:, 1].tolist() == np.repeat(sources, per_source).tolist()
@@ -41,11 +41,11 @@ def test_chunked_numbering_equals_numbering_all_at_once(
     array = np.array(lengths, dtype=np.int64)
     _, per_source = cut_lengths(array, cap)
     sources = np.arange(array.size, dtype=np.int64)
-    _, whole = piece_table(sources, per_source, 100, cap)
+    _, whole = pieces_of(sources, per_source, 100, cap)
     cut = min(cut, array.size)
     before = int(per_source[:cut].sum())
-    _, head = piece_table(sources[:cut], per_source[:cut], 100, cap)
-    _, tail = piece_table(sources[cut:], per_source[cut:], 100 + before, cap)
+    _, head = pieces_of(sources[:cut], per_source[:cut], 100, cap)
+    _, tail = pieces_of(sources[cut:], per_source[cut:], 100 + before, cap)
     assert np.array_equal(np.concatenate([head, tail]), whole)
 
 

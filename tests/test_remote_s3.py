@@ -32,7 +32,6 @@ from remote_servers import (
 from seqpack_cli.errors import ConfigError, InputError
 from seqpack_cli.remote import (
     RemoteFile,
-    arrow_dataset,
     arrow_filesystem,
     changed,
     identity,
@@ -315,45 +314,6 @@ def test_a_versioned_bucket_records_the_version_id(endpoint: str, options: dict[
         f"s3://versioned/a.jsonl changed: version {first['VersionId']} recorded, "
         f"{second['VersionId']} now (14 -> 14 bytes)"
     )
-
-
-def test_duckdb_scans_remote_parquet_through_an_arrow_dataset(
-    endpoint: str, tmp_path: Path
-) -> None:
-    import duckdb
-    from remote_servers import serve_folder
-
-    # Three objects on s3 and one on an HTTP server: the dataset keeps the order given, so
-    # DuckDB's rows come in the order of the same files read locally.
-    tables = [_wide_table(3_000 + 1_000 * index) for index in range(4)]
-    for index, table in enumerate(tables[:3]):
-        put_parquet(endpoint, "scan", f"part-{index}.parquet", table, compression="none")
-    pq.write_table(tables[3], tmp_path / "part-3.parquet", compression="none")
-    port = int(endpoint.rsplit(":", 1)[1])
-    with ByteCountingProxy(port) as proxy, serve_folder(tmp_path) as http:
-        options = parse_storage_options([f"endpoint_url={proxy.endpoint}"])
-        files = resolve_remote(["s3://scan/", f"{http.url}/part-3.parquet"], options)
-        files = [*files[1:], files[0]]  # the http URL sorts first: put it last
-        connection = duckdb.connect()
-        connection.register("remote_rows", arrow_dataset(files, options))
-        proxy.reset()
-        scanned = connection.sql("SELECT c05, c13 FROM remote_rows").to_arrow_table()
-        fetched = proxy.bytes_down
-    expected = pa.concat_tables([table.select(["c05", "c13"]) for table in tables])
-    assert pa.table(scanned).equals(expected)
-    s3_bytes = sum(file.size for file in files[:3])
-    assert fetched < 0.2 * s3_bytes, (fetched, s3_bytes)  # 2 of 20 columns, and footers
-
-
-def test_arrow_dataset_refuses_what_it_cannot_scan(endpoint: str, options: dict[str, str]) -> None:
-    with pytest.raises(InputError, match=r"^no remote parquet file to read"):
-        arrow_dataset([], options)
-    jsonl = RemoteFile("s3://corpus/data/e.jsonl", 14, None)
-    with pytest.raises(InputError, match=r"^s3://corpus/data/e\.jsonl is not parquet by its name"):
-        arrow_dataset([jsonl], options)
-    gone = RemoteFile("s3://corpus/data/gone.parquet", 10, None)
-    with pytest.raises(InputError, match=r"^s3://corpus/data/gone\.parquet: no such object"):
-        arrow_dataset([gone], options)
 
 
 @pytest.mark.slow

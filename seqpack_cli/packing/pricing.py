@@ -90,7 +90,7 @@ def quantize(values: np.ndarray, max_items: int, num_items: int) -> Quantized:
     return Quantized(units, fraction_bits)
 
 
-def staircase(lengths: np.ndarray, units: np.ndarray) -> np.ndarray:
+def staircase(units: np.ndarray) -> np.ndarray:
     """Indices of the lengths (ascending) worth more than every shorter length, and > 0."""
     if not len(units):
         return np.zeros(0, dtype=np.int64)
@@ -130,7 +130,7 @@ def price_templates(
         else:
             rest_layers = np.argmax(table[:cap][:, room[chosen]], axis=0)
             starts = np.stack([rest_layers, room[chosen]])
-        rows, items = _backtrack(table, lengths, starts, mask, index_bits, capped=cap is not None)
+        rows, items = _backtrack(table, lengths, starts, mask, capped=cap is not None)
         rows = np.concatenate((np.arange(chosen.size), rows))  # each length itself, then the rest
         items = np.concatenate((chosen, items))
         read_back = _templates_of(rows, items, chosen.size)
@@ -159,7 +159,7 @@ def _table(
 ) -> np.ndarray:
     """The pricing DP's table under integer item values `units` (`_uncapped_table` or, with a
     cap, `_capped_table`), over the `staircase` of the lengths."""
-    stair = staircase(lengths, units)
+    stair = staircase(units)
     if cap is None:
         return _uncapped_table(lengths, units, stair, max_seq_len, index_bits)
     return _capped_table(lengths, units, stair, max_seq_len, cap, index_bits)
@@ -272,7 +272,6 @@ def _backtrack(
     lengths: np.ndarray,
     starts: np.ndarray,
     mask: np.int64,
-    index_bits: int,
     *,
     capped: bool,
 ) -> tuple[np.ndarray, np.ndarray]:

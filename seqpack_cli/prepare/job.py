@@ -22,7 +22,6 @@ from typing import TYPE_CHECKING, Any
 
 from seqpack_cli import __version__
 from seqpack_cli.errors import InputError
-from seqpack_cli.over_cap import OVER_CAP
 from seqpack_cli.prepare.config import PrepareConfig
 from seqpack_cli.prepared import (
     COUNTS_NAME,
@@ -35,7 +34,6 @@ from seqpack_cli.prepared import (
     check_output,
     counts_to_json,
     inputs_overview,
-    load_prepared,
     recover_siblings,
     templates_to_json,
 )
@@ -50,10 +48,7 @@ if TYPE_CHECKING:
     from seqpack_cli.prepare.footers import InputFile
     from seqpack_cli.token_sources import FlatTokenSource
 
-# OVER_CAP and load_prepared stay importable from here for tests/test_over_cap.py (the import)
-# and tests/test_output_safety.py (which patches load_prepared here to prove the job never
-# reads its output back).
-__all__ = ["OVER_CAP", "load_prepared", "prepare_dataset", "prepare_summary"]
+__all__ = ["prepare_dataset", "prepare_summary"]
 
 logger = logging.getLogger(__name__)
 

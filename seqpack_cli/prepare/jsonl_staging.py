@@ -70,7 +70,7 @@ def _remove_folder(owner: int) -> None:
             shutil.rmtree(folder, ignore_errors=True)
 
 
-def _new_path(path: Path, key: object) -> Path:
+def _new_path(key: object) -> Path:
     if not _folder:
         _folder.append(tempfile.mkdtemp(prefix="seqpack-jsonl-"))
         atexit.register(_remove_folder, os.getpid())
@@ -150,7 +150,7 @@ def staged_parquet(path: Path, column_types: Sequence[tuple[str, str]]) -> Path:
         found = _staged.get(key)
         if found is not None and found.exists():
             return found
-        target = _new_path(path, key)
+        target = _new_path(key)
         _write_copy(path, column_types, target)
         _staged[key] = target
         _originals[str(target)] = os.path.abspath(path)

@@ -14,7 +14,7 @@ import numpy as np
 
 from seqpack_cli.errors import InputError, option
 
-__all__ = ["first_piece_id", "piece_ids_error", "piece_table", "split_figures"]
+__all__ = ["first_piece_id", "piece_ids_error", "pieces_of", "split_figures"]
 
 _INT64_MAX = int(np.iinfo(np.int64).max)
 
@@ -39,7 +39,7 @@ def piece_ids_error(id_column: str | None, first: int, num_pieces: int) -> Input
     )
 
 
-def piece_table(
+def pieces_of(
     sources: np.ndarray, per_source: np.ndarray, first_id: int, cap: int
 ) -> tuple[np.ndarray, np.ndarray]:
     """The pieces of the split sequences `sources` (ids ascending), cut into `per_source`

@@ -24,7 +24,7 @@ from pathlib import Path
 import numpy as np
 
 from seqpack_cli.over_cap import cut_lengths
-from seqpack_cli.prepare.pieces import first_piece_id, piece_ids_error, piece_table, split_figures
+from seqpack_cli.prepare.pieces import first_piece_id, piece_ids_error, pieces_of, split_figures
 from seqpack_cli.prepare.store_files import StoreFile, Writes
 from seqpack_cli.prepare.token_batches import StoreColumns, TokenBatch
 from seqpack_cli.prepare.token_reading import IDS_BY_ROW_NAME
@@ -189,7 +189,7 @@ class StreamedStore:
         error = piece_ids_error(self.spec.id_column, first, num_pieces)
         if error is not None:
             raise error
-        within, table = piece_table(sources, counts, first, self.split_at)
+        within, table = pieces_of(sources, counts, first, self.split_at)
         if num_pieces:
             by_row = np.memmap(tokens_dir / IDS_BY_ROW_NAME, dtype=np.int64, mode="r+")
             by_row[np.repeat(first_rows, counts) + within] = table[:, 0]

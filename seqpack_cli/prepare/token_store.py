@@ -42,8 +42,6 @@ from seqpack_cli.token_sources import (
 __all__ = [
     "STORE_OPTIONS",
     "STORE_RULES",
-    "check_pools",
-    "check_same_lengths",
     "length_mismatch_error",
     "pool_length_error",
     "write_token_store",
@@ -76,7 +74,7 @@ STORE_OPTIONS = {
 """The option that names each role's column."""
 
 
-def check_same_lengths(
+def _check_same_lengths(
     root: Path, role: str, columns: Mapping[str, str], locate: Any, tokens_dir: Path
 ) -> None:
     """`InputError` naming the first row whose `role` list is not as long as its tokens."""
@@ -97,7 +95,7 @@ def length_mismatch_error(
     role: str, columns: Mapping[str, str], where: str, values: int, tokens: int
 ) -> InputError:
     """The error for the row at `where` whose `role` list holds `values` values and its token
-    list `tokens` (`check_same_lengths`'s, and the Dask store's)."""
+    list `tokens` (the local store's, and the Dask store's)."""
     what = STORE_RULES[role].what
     return InputError(
         f"{what} column {columns[role]!r} ({option(STORE_OPTIONS[role])}) holds {values} "
@@ -107,7 +105,7 @@ def length_mismatch_error(
     )
 
 
-def check_pools(
+def _check_pools(
     source: FlatTokenSource,
     pools: Mapping[int, Any],
     truncated_at: int | None,
@@ -115,6 +113,9 @@ def check_pools(
     length_column: str,
     locate: Any,
 ) -> None:
+    """`InputError` for the first pooled id whose stored list is not its pool's length (at
+    least `truncated_at` tokens in the pool of `truncated_at`), its fix told as the length
+    column's."""
     try:
         check_pool_lengths(
             source,
@@ -146,7 +147,7 @@ def pool_length_error(
     length_column: str,
     where: str,
 ) -> InputError:
-    """`check_pools`' error for `fault` (pool length, id, stored length) of the row at
+    """The local store's pool error for `fault` (pool length, id, stored length) of the row at
     `where`: what the Dask store's tasks found, worded as the local store words it."""
     pool, seq_id, length = fault
     at_least = truncated_at is not None and pool == truncated_at
@@ -194,7 +195,7 @@ def write_token_store(
             if id_column is not None:
                 write_id_index(root, id_column, locate)
         else:
-            check_same_lengths(root, role, columns, locate, tokens_dir)
+            _check_same_lengths(root, role, columns, locate, tokens_dir)
             if id_column is not None:
                 for name in (IDS_NAME, ROWS_NAME):
                     shutil.copyfile(tokens_dir / name, root / name)
@@ -214,5 +215,5 @@ def write_token_store(
             time.perf_counter() - started,
         )
     source = FlatTokenSource.open(tokens_dir)
-    check_pools(source, pools, truncated_at, columns, length_column, locate)
+    _check_pools(source, pools, truncated_at, columns, length_column, locate)
     return section, names

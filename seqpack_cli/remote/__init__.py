@@ -14,20 +14,17 @@ load when an https:// or hf:// input is used.
 - `objects`: `RemoteFile`, `open_input` (random access), `open_stream` (front to back),
   `identity` (what the manifest records), `changed`.
 - `listing`: `resolve_remote(inputs, options) -> list[RemoteFile]`: files, prefixes, globs.
-- `scanning`: `arrow_dataset(files, options)`: parquet objects as one dataset DuckDB scans.
 """
 
 from seqpack_cli.remote.filesystems import arrow_filesystem
 from seqpack_cli.remote.listing import resolve_remote
 from seqpack_cli.remote.objects import RemoteFile, changed, identity, open_input, open_stream
 from seqpack_cli.remote.options import parse_storage_options
-from seqpack_cli.remote.scanning import arrow_dataset
 from seqpack_cli.remote.urls import RemoteURL, is_remote, parse_url
 
 __all__ = [
     "RemoteFile",
     "RemoteURL",
-    "arrow_dataset",
     "arrow_filesystem",
     "changed",
     "identity",

@@ -114,7 +114,6 @@ class IdCheck:
 def check_duplicates(
     con: duckdb.DuckDBPyConnection,
     check: IdCheck | None,
-    num_ids: int,
     files: Sequence[InputFile],
     id_column: str,
     work_dir: Path,

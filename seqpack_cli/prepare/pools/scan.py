@@ -154,7 +154,7 @@ def _place_by_map(
     if written != ids.layout.num_ids:
         # Fewer filled slots than rows: some id occurred twice (DuckDB counts and locates them).
         if id_column is not None:
-            check_duplicates(con, None, ids.layout.num_ids, files, id_column, work_dir)
+            check_duplicates(con, None, files, id_column, work_dir)
         raise changed_error()
     logger.info("id map: pools written ascending in %.2fs", time.perf_counter() - filled)
     return low, high
@@ -323,5 +323,5 @@ def scan_pools(
     logger.info("split into %d pools in %.2fs", len(layout.lengths), time.perf_counter() - placed)
     if check is not None:
         assert id_column is not None
-        check_duplicates(con, check, layout.num_ids, files, id_column, work_dir)
+        check_duplicates(con, check, files, id_column, work_dir)
     return PoolScan(layout.num_ids, id_min, id_max)

@@ -32,7 +32,7 @@ from seqpack_cli.over_cap import cut_lengths
 from seqpack_cli.prepare.engines.dask.merge import pwrite_all
 from seqpack_cli.prepare.engines.dask.store_index import hash_store_file
 from seqpack_cli.prepare.engines.dask.tasks import TaskSettings, check_visible
-from seqpack_cli.prepare.pieces import piece_table
+from seqpack_cli.prepare.pieces import pieces_of
 from seqpack_cli.prepare.store_files import HEADER_BYTES
 from seqpack_cli.prepared.pool_files import pool_file_name
 from seqpack_cli.token_sources import IDS_NAME, OFFSETS_NAME, PIECES_NAME, ROWS_NAME
@@ -255,7 +255,7 @@ def write_ids(job: SplitJob, start: int, stop: int, plan: IdPlan) -> None:
         _index(job, ids[kept], firsts[kept], kept_at)
         # The pieces: ids past every input id, in (source id, start) order.
         pieces, per_row = cut_lengths(lengths[split], job.cap)
-        within, table = piece_table(ids[split], per_row, plan.first_piece_id + pieces_at, job.cap)
+        within, table = pieces_of(ids[split], per_row, plan.first_piece_id + pieces_at, job.cap)
         piece_ids = table[:, 0]
         piece_rows = np.repeat(firsts[split], per_row) + within
         _index(job, piece_ids, piece_rows, plan.num_kept + pieces_at)

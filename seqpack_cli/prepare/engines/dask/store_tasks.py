@@ -196,8 +196,8 @@ class _Group:
     def check_pools(
         self, claimed: np.ndarray, lengths: np.ndarray, ids: np.ndarray | None, first_row: int
     ) -> None:
-        """The first pooled row whose pool is not its stored length (`token_store.check_pools`):
-        `claimed` the length column's lengths, `lengths` the lists'."""
+        """The first pooled row whose pool is not its stored length (the local store's last
+        check, in `token_store`): `claimed` the length column's lengths, `lengths` the lists'."""
         over_cap = self.job.over_cap
         cap = over_cap.max_seq_len
         pooled, pool = over_cap.pooled(claimed)
