@@ -9,6 +9,7 @@ import hashlib
 import json
 import logging
 import multiprocessing
+import os
 from collections import Counter
 from pathlib import Path
 from typing import Any
@@ -29,6 +30,7 @@ from seqpack_cli.prepared import reader as reader_module
 from seqpack_cli.prepared.integrity import (
     DIGEST_KEY,
     edge_digest,
+    file_digest,
     manifest_digest,
     seal_manifest,
 )
@@ -405,3 +407,18 @@ def test_the_datasets_take_a_path_and_verify(tmp_path: Path) -> None:
         for source in (path, load_prepared(path)):
             with pytest.raises(PreparedFormatError, match=r"tokens/tokens\.npy does not match"):
                 dataset(source, collate=collate, seed=0, verify=True)
+
+
+@pytest.mark.parametrize("size", [0, 1, (1 << 22) - 1, 1 << 22, (1 << 22) + 7])
+def test_file_digest_is_the_sha256_and_size_of_every_byte(tmp_path: Path, size: int) -> None:
+    """The one whole-file digest (the writer's files table, the engines, `verify=True`),
+    across the 4 MiB block edges, by path and relative to a directory descriptor."""
+    data = np.random.default_rng(size).integers(0, 256, size, dtype=np.uint8).tobytes()
+    (tmp_path / "f.bin").write_bytes(data)
+    expected = (size, hashlib.sha256(data).hexdigest())
+    assert file_digest(tmp_path / "f.bin") == expected
+    fd = os.open(tmp_path, os.O_RDONLY)
+    try:
+        assert file_digest("f.bin", dir_fd=fd) == expected
+    finally:
+        os.close(fd)

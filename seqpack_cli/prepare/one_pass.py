@@ -17,7 +17,6 @@ with their message, in their order.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import logging
 import time
@@ -42,6 +41,7 @@ from seqpack_cli.prepare.token_store import STORE_RULES
 from seqpack_cli.prepare.token_stream import Fault, stream_token_batches
 from seqpack_cli.prepared import PreparedWriter
 from seqpack_cli.prepared.format import STORE_ROLES
+from seqpack_cli.prepared.integrity import file_digest
 from seqpack_cli.prepared.mounts import remove_tree
 from seqpack_cli.progress import ProgressCallback
 from seqpack_cli.token_sources import IDS_NAME, INFO_NAME, OFFSETS_NAME, ROWS_NAME, TOKENS_NAME
@@ -56,16 +56,6 @@ __all__ = [
 ]
 
 logger = logging.getLogger(__name__)
-
-_HASH_BLOCK = 1 << 22
-
-
-def _sha256_of(path: Path) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as handle:
-        while block := handle.read(_HASH_BLOCK):
-            digest.update(block)
-    return digest.hexdigest()
 
 
 @dataclass
@@ -144,7 +134,7 @@ class OnePass:
                 if name == OFFSETS_NAME:
                     digest = self.digests["offsets"]
                 if name in (OFFSETS_NAME, IDS_NAME, ROWS_NAME):  # the same bytes in every role
-                    digest = shared.get(name) or digest or _sha256_of(path)
+                    digest = shared.get(name) or digest or file_digest(path)[1]
                     shared[name] = digest
                 if digest is None:
                     writer.record_file(f"{role}/{name}")

@@ -6,6 +6,7 @@ token store's files.
   manifest covers itself: an edited `max_seq_len` no longer loads. It is of the parsed content
   (keys sorted, no spaces), so re-indenting the file changes nothing; every load checks it
   (microseconds). Manifests of `format_version` 1 (before the digest) load with a warning.
+- `file_digest`: the size and sha256 of every byte of a file (the files table's).
 - `edge_digest`: the sha256 of a file's size, first and last MiB, recorded as `edges_sha256` for
   the token store's `.npy` files and checked at every load. Reading 2 MiB per file costs about a
   millisecond whatever the store's size, and catches a store file of another prepare with the
@@ -32,12 +33,15 @@ __all__ = [
     "EDGE_BYTES",
     "check_manifest_digest",
     "edge_digest",
+    "file_digest",
     "manifest_digest",
     "seal_manifest",
     "with_edge_digests",
 ]
 
 logger = logging.getLogger(__name__)
+
+_HASH_BLOCK = 1 << 22
 
 DIGEST_KEY = "manifest_sha256"
 """The manifest field holding the sha256 of the manifest's canonical JSON without it."""
@@ -113,6 +117,19 @@ def edge_digest(path: str | os.PathLike[str], *, dir_fd: int | None = None) -> s
     digest.update(head)
     digest.update(tail)
     return digest.hexdigest()
+
+
+def file_digest(path: str | os.PathLike[str], *, dir_fd: int | None = None) -> tuple[int, str]:
+    """(size, sha256) of every byte of a file, read in 4 MiB blocks: the files table's digest,
+    computed the same way by the writer, the engines and `verify=True`; `path` relative to
+    `dir_fd` if given."""
+    digest, size = hashlib.sha256(), 0
+    fd = os.open(path, os.O_RDONLY, dir_fd=dir_fd)
+    with open(fd, "rb", closefd=True) as handle:
+        while block := handle.read(_HASH_BLOCK):
+            digest.update(block)
+            size += len(block)
+    return size, digest.hexdigest()
 
 
 def with_edge_digests(

@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import ctypes
 import errno
-import hashlib
 import heapq
 import logging
 import mmap
@@ -45,6 +44,7 @@ from seqpack_cli.prepared.integrity import (
     EDGES_KEY,
     check_manifest_digest,
     edge_digest,
+    file_digest,
     manifest_digest,
 )
 from seqpack_cli.prepared.multiples import check_length_multiple, slot_counts
@@ -74,7 +74,6 @@ Each mapping is one entry of the kernel's per-process table (`vm.max_map_count`,
 default, shared with every library in the process), so mapping one pool per distinct length
 fails past ~65,000 lengths."""
 
-_HASH_CHUNK = 1 << 22
 _LOAD_ATTEMPTS = 3
 """Loads tried when the directory is replaced while loading (each on the newer copy)."""
 
@@ -116,15 +115,8 @@ def _check_files(path: Path, dir_fd: int, files: Mapping[str, Any], *, verify: b
                 f"{name} is not the file prepare wrote: its first or last MiB differs from the "
                 f"manifest's {EDGES_KEY} (corrupted, or copied from another prepare)",
             )
-        if verify:
-            digest = hashlib.sha256()
-            with open(name, "rb", opener=opener_at(dir_fd)) as handle:
-                while block := handle.read(_HASH_CHUNK):
-                    digest.update(block)
-            if digest.hexdigest() != entry["sha256"]:
-                raise unusable(
-                    path, f"{name} does not match its sha256 in the manifest (corrupted)"
-                )
+        if verify and file_digest(name, dir_fd=dir_fd)[1] != entry["sha256"]:
+            raise unusable(path, f"{name} does not match its sha256 in the manifest (corrupted)")
 
 
 # Mapping a file without keeping a file descriptor: Python's mmap keeps a dup()ed descriptor per

@@ -44,7 +44,7 @@ from seqpack_cli.prepared.format import (
     counts_to_json,
     templates_to_json,
 )
-from seqpack_cli.prepared.integrity import seal_manifest, with_edge_digests
+from seqpack_cli.prepared.integrity import file_digest, seal_manifest, with_edge_digests
 from seqpack_cli.prepared.mounts import remove_tree
 from seqpack_cli.prepared.output_checks import check_output
 from seqpack_cli.prepared.pool_creation import BackgroundPoolFiles
@@ -207,15 +207,11 @@ class PreparedWriter:
     def record_file(self, name: str) -> None:
         """Record the size and sha256 of a file already written into `tmp_path` (relative
         `name`, e.g. `tokens/tokens.npy`), read back in chunks."""
-        digest, size = hashlib.sha256(), 0
         try:
-            with open(self.tmp_path / name, "rb") as handle:
-                while block := handle.read(1 << 22):
-                    digest.update(block)
-                    size += len(block)
+            size, digest = file_digest(self.tmp_path / name)
         except OSError as error:
             raise self._write_error(error, name) from None
-        self._record(name, size, digest.hexdigest())
+        self._record(name, size, digest)
 
     def record_written(self, name: str, num_bytes: int, sha256: str) -> None:
         """Record a file written into `tmp_path` and hashed on the way (a pool written by a

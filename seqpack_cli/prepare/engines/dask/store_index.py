@@ -12,7 +12,6 @@
 
 from __future__ import annotations
 
-import hashlib
 import os
 from dataclasses import dataclass
 from pathlib import Path
@@ -23,11 +22,10 @@ from seqpack_cli.prepare.engines.dask.merge import pwrite_all
 from seqpack_cli.prepare.engines.dask.store_tasks import id_run_paths
 from seqpack_cli.prepare.engines.dask.tasks import check_visible
 from seqpack_cli.prepare.store_files import HEADER_BYTES
+from seqpack_cli.prepared.integrity import file_digest
 from seqpack_cli.token_sources import IDS_NAME, ROWS_NAME
 
 __all__ = ["IndexPart", "IndexRange", "hash_store_file", "write_index_range"]
-
-_HASH_BLOCK = 1 << 22
 
 
 @dataclass(frozen=True)
@@ -90,10 +88,4 @@ def write_index_range(job: IndexRange, low: int | None, high: int | None) -> Ind
 def hash_store_file(path: Path) -> tuple[int, str]:
     """(size, sha256) of one file of the store."""
     check_visible((), [path.parent])
-    digest = hashlib.sha256()
-    size = 0
-    with open(path, "rb") as handle:
-        while block := handle.read(_HASH_BLOCK):
-            digest.update(block)
-            size += len(block)
-    return size, digest.hexdigest()
+    return file_digest(path)
