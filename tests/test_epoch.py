@@ -21,11 +21,12 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from seqpack_cli.epoch.permutations import FeistelFamily, FeistelPermutation
-from seqpack_cli.epoch.plan import EpochPlan, canonical_templates, materialize_epoch
+from seqpack_cli.epoch.plan import EpochPlan, materialize_epoch
 from seqpack_cli.epoch.scratch import Scratch
 from seqpack_cli.epoch.tuning import EpochTuning
 from seqpack_cli.errors import ConfigError, InputError
 from seqpack_cli.seeding import seed_from_components
+from seqpack_cli.templates import canonical_templates
 
 SETTINGS = settings(max_examples=40, deadline=None)
 

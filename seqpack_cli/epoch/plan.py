@@ -60,7 +60,6 @@ from seqpack_cli.templates import Template, canonical_templates
 __all__ = [
     "BALANCES",
     "EpochPlan",
-    "canonical_templates",
     "check_cost_per_token",
     "materialize_epoch",
 ]
