@@ -300,7 +300,7 @@ def test_json_that_is_not_strict_is_refused(tmp_path: Path) -> None:
 
 
 def test_a_prepare_manifest_passes_the_schema(prepared_dir: Path) -> None:
-    # What `seqpack prepare` writes (every key of prepare._manifest) is what the schema expects.
+    # What `seqpack prepare` writes (every key of prepare.job._manifest) is what the schema expects.
     manifest = load_prepared(prepared_dir, verify=True).manifest
     assert {"format", "config", "inputs", "summary", "stats", "n_bins"} <= set(manifest)
 
