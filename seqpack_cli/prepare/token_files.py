@@ -31,17 +31,16 @@ from seqpack_cli.prepare.memory_inputs import check_inputs, is_table, named, sta
 from seqpack_cli.prepare.num_targets import write_num_targets
 from seqpack_cli.prepare.token_reading import (
     IDS_BY_ROW_NAME,
-    TOKENS,
     TokenInput,
-    ValueRule,
-    choose_dtype,
-    choose_signed_dtype,
     inspect_token_inputs,
+    role_rule,
+    store_dtype,
     stream_token_lists,
 )
 from seqpack_cli.prepared import Prepared, load_prepared, recover_siblings
 from seqpack_cli.prepared import siblings as _siblings
 from seqpack_cli.prepared.alignment import check_pool_lengths
+from seqpack_cli.prepared.format import STORE_ROLES
 from seqpack_cli.prepared.mounts import check_no_mounts_inside, remove_tree
 from seqpack_cli.prepared.staging import Staging
 from seqpack_cli.target_counts import COUNTED_ROLES, NUM_TARGETS_NAME
@@ -72,15 +71,8 @@ _OWN_NAMES = frozenset(
 )
 _OVERWRITE = option("overwrite", python="overwrite=True")
 _ROLE_RULES = {
-    "tokens": TOKENS,
-    "labels": ValueRule(what="labels"),
-    "loss_mask": ValueRule(
-        what="loss mask",
-        allowed=(0, 1),
-        outside="a loss mask holds 1 where the loss is taken and 0 elsewhere: fix the column, "
-        "or write labels (role='labels') instead",
-        allow_bool=True,
-    ),
+    role: role_rule(role, mask_fix="fix the column, or write labels (role='labels') instead")
+    for role in STORE_ROLES
 }
 """What each `role` of `write_token_source` admits, and how messages name its column."""
 
@@ -440,12 +432,8 @@ def write_token_source(
             files = _named_errors(
                 staged, inspect_token_inputs, list(staged), column, id_column, rule
             )
-        if chosen is None and role == "labels":
-            chosen = _named_errors(staged, choose_signed_dtype, files, column)
-        elif chosen is None and role == "loss_mask":
-            chosen = np.dtype("u1")
-        elif chosen is None:
-            chosen = _named_errors(staged, choose_dtype, files, column)
+        if chosen is None:  # the store's own rule for the role
+            chosen = _named_errors(staged, store_dtype, role, files, column)
         num_tokens = _named_errors(
             staged, stream_token_lists, staging.path, files, column, id_column, chosen, rule
         )

@@ -37,6 +37,7 @@ __all__ = [
     "file_batches",
     "inspect_token_input",
     "inspect_token_inputs",
+    "role_rule",
     "store_dtype",
     "stream_token_lists",
     "value_range",
@@ -83,6 +84,23 @@ class ValueRule:
 
 
 TOKENS = ValueRule()
+
+
+def role_rule(role: str, *, negative: str | None = None, mask_fix: str = "") -> ValueRule:
+    """What a column of `role` ("tokens", "labels" or "loss_mask") admits and how messages
+    name it: the one definition of each role's values. The caller words its own fixes:
+    `negative` for a negative token id (the default otherwise), `mask_fix` for a loss mask
+    value other than 0 and 1 (what to pass instead)."""
+    if role == "tokens":
+        return ValueRule() if negative is None else ValueRule(negative=negative)
+    if role == "labels":
+        return ValueRule(what="labels")
+    return ValueRule(
+        what="loss mask",
+        allowed=(0, 1),
+        outside=f"a loss mask holds 1 where the loss is taken and 0 elsewhere: {mask_fix}",
+        allow_bool=True,
+    )
 
 
 def _is_list(column_type: pa.DataType) -> bool:

@@ -25,12 +25,13 @@ import numpy as np
 from seqpack_cli.errors import InputError, option
 from seqpack_cli.prepare.token_files import row_locator, source_info, write_id_index
 from seqpack_cli.prepare.token_reading import (
-    ValueRule,
     inspect_token_inputs,
+    role_rule,
     store_dtype,
     stream_token_lists,
 )
 from seqpack_cli.prepared.alignment import check_pool_lengths, pool_mismatch_error
+from seqpack_cli.prepared.format import STORE_ROLES
 from seqpack_cli.token_sources import (
     IDS_NAME,
     INFO_NAME,
@@ -52,18 +53,13 @@ logger = logging.getLogger(__name__)
 _CHUNK = 1 << 20  # rows compared at a time
 
 STORE_RULES = {
-    "tokens": ValueRule(
+    role: role_rule(
+        role,
         negative=f"check that {option('tokens_column')} names the token ids (labels with -100 "
-        f"go to {option('labels_column')})"
-    ),
-    "labels": ValueRule(what="labels"),
-    "loss_mask": ValueRule(
-        what="loss mask",
-        allowed=(0, 1),
-        outside="a loss mask holds 1 where the loss is taken and 0 elsewhere: fix the column, "
-        f"or pass per-token labels with {option('labels_column')}",
-        allow_bool=True,
-    ),
+        f"go to {option('labels_column')})",
+        mask_fix=f"fix the column, or pass per-token labels with {option('labels_column')}",
+    )
+    for role in STORE_ROLES
 }
 """How each role's column is named in messages and which values it admits."""
 STORE_OPTIONS = {
