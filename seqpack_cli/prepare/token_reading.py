@@ -29,6 +29,7 @@ from seqpack_cli.token_sources import OFFSETS_NAME, TOKENS_NAME
 
 __all__ = [
     "IDS_BY_ROW_NAME",
+    "MASK_DTYPE",
     "TARGET_VALUES_PER_BATCH",
     "TokenInput",
     "ValueRule",
@@ -84,6 +85,8 @@ class ValueRule:
 
 
 TOKENS = ValueRule()
+MASK_DTYPE = np.dtype("u1")
+"""A loss mask's store dtype, whatever its column holds (0/1 integers or booleans)."""
 
 
 def role_rule(role: str, *, negative: str | None = None, mask_fix: str = "") -> ValueRule:
@@ -289,7 +292,7 @@ def store_dtype(role: str, files: Sequence[TokenInput], column: str) -> np.dtype
         return choose_dtype(files, column)
     if role == "labels":
         return choose_signed_dtype(files, column)
-    return np.dtype("u1")
+    return MASK_DTYPE
 
 
 def _row_of(lengths: np.ndarray, index: int) -> int:

@@ -27,7 +27,7 @@ from seqpack_cli.prepare.ordered import ordered_parallel
 from seqpack_cli.prepare.pools.offsets import num_workers
 from seqpack_cli.prepare.streamed_store import StreamedStore
 from seqpack_cli.prepare.token_batches import StoreColumns, TokenBatch
-from seqpack_cli.prepare.token_reading import TokenInput
+from seqpack_cli.prepare.token_reading import MASK_DTYPE, TokenInput
 from seqpack_cli.prepare.token_stream import Fault
 from seqpack_cli.prepare.tokenize_options import TokenizeOptions
 from seqpack_cli.prepared import PreparedWriter
@@ -127,7 +127,7 @@ class Tokenizing:
 
         dtypes = {"tokens": token_dtype(self.spec.vocab_size)}
         if self.options.masked:
-            dtypes["loss_mask"] = np.dtype("u1")
+            dtypes["loss_mask"] = MASK_DTYPE
         return dtypes
 
 
