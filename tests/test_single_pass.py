@@ -442,7 +442,7 @@ def test_cut_lengths(lengths, cap) -> None:
 def test_length_counter_is_a_counter(batches) -> None:
     from collections import Counter
 
-    from seqpack_cli.prepare.streamed_store import LengthCounter
+    from seqpack_cli.prepare.length_counter import LengthCounter
 
     counter = LengthCounter()
     for batch in batches:

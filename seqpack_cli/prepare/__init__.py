@@ -20,8 +20,10 @@ a `prepared/` directory.
   `token_batches` checks each batch: the one batch kernel, the Dask store tasks' too) and
   `streamed_store` writes the store as it streams, through `store_files` (the store files'
   `.npy` headers; files written and hashed front to back); `pieces`: the ids and table of the
-  pieces of split sequences (both engines); `token_store` is the store of the
-  two-pass job; `num_targets`: the `num_targets.npy` post-pass of every store;
+  pieces of split sequences (both engines); `length_counter`: the histogram counted in memory
+  that follows the distinct lengths (the one pass, and the Dask driver's sum of its groups');
+  `token_store` is the store of the two-pass job; `num_targets`: the `num_targets.npy`
+  post-pass of every store;
 - text in (`--tokenizer`): `tokenize_options` (`TokenizeOptions`), `text_inputs` (the text
   columns checked in the footers), `tokenized_pass` (the text read once, tokenized by
   `seqpack_cli.tokenize`, stored as the one pass stores a token column);

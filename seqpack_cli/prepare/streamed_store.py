@@ -17,52 +17,20 @@ they are, `offsets.npy` gets the cuts. The pieces' ids and `pieces.npy` follow `
 from __future__ import annotations
 
 import shutil
-from collections import Counter
 from collections.abc import Mapping
 from pathlib import Path
 
 import numpy as np
 
 from seqpack_cli.over_cap import cut_lengths
+from seqpack_cli.prepare.length_counter import LengthCounter
 from seqpack_cli.prepare.pieces import first_piece_id, piece_ids_error, pieces_of, split_figures
 from seqpack_cli.prepare.store_files import StoreFile, Writes
 from seqpack_cli.prepare.token_batches import StoreColumns, TokenBatch
 from seqpack_cli.prepare.token_reading import IDS_BY_ROW_NAME
 from seqpack_cli.token_sources import IDS_NAME, OFFSETS_NAME, PIECES_NAME, ROWS_NAME, TOKENS_NAME
 
-__all__ = ["LengthCounter", "StreamedStore"]
-
-_DENSE_LENGTHS = 1 << 20  # lengths below this are counted in an array, longer ones in a Counter
-
-
-class LengthCounter:
-    """The histogram `{length: count}` of the lengths added, in memory that follows the number of
-    distinct lengths (an array for short lengths, a Counter for long ones)."""
-
-    def __init__(self) -> None:
-        self.dense = np.zeros(0, dtype=np.int64)
-        self.sparse: Counter[int] = Counter()
-
-    def add(self, lengths: np.ndarray) -> None:
-        if not lengths.size:
-            return
-        if int(lengths.max()) >= _DENSE_LENGTHS:
-            long = lengths >= _DENSE_LENGTHS
-            values, counts = np.unique(lengths[long], return_counts=True)
-            self.sparse.update(dict(zip(values.tolist(), counts.tolist(), strict=True)))
-            lengths = lengths[~long]
-        counts = np.bincount(lengths, minlength=self.dense.size)
-        if counts.size > self.dense.size:
-            counts[: self.dense.size] += self.dense
-            self.dense = counts
-        else:
-            self.dense += counts
-
-    def histogram(self) -> dict[int, int]:
-        present = np.flatnonzero(self.dense)
-        counts = dict(zip(present.tolist(), self.dense[present].tolist(), strict=True))
-        counts.update(self.sparse)
-        return {length: counts[length] for length in sorted(counts)}
+__all__ = ["StreamedStore"]
 
 
 class StreamedStore:

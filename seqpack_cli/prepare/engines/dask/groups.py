@@ -21,6 +21,7 @@ from seqpack_cli.over_cap import OverCap
 from seqpack_cli.prepare.engines.dask.fingerprints import Fingerprint
 from seqpack_cli.prepare.engines.dask.tuning import ClusterTuning
 from seqpack_cli.prepare.footers import InputFile
+from seqpack_cli.prepare.length_counter import LengthCounter
 from seqpack_cli.prepare.scan import HistogramPart
 
 __all__ = [
@@ -38,8 +39,6 @@ __all__ = [
     "plan_groups",
     "with_fingerprints",
 ]
-
-_DENSE_LENGTHS = 1 << 20  # lengths below this are added up in an array, longer ones in a dict
 
 
 @dataclass(frozen=True)
@@ -167,34 +166,19 @@ class HistogramTotal:
     `scan.checked_histogram`, which words any problem as the local engine does."""
 
     def __init__(self) -> None:
-        self.dense = np.zeros(0, dtype=np.int64)  # counts of lengths below _DENSE_LENGTHS
-        self.sparse: dict[int, int] = {}
+        self.counts = LengthCounter()
         self.num_bad = 0
         self.first_bad: tuple[int, int, int | None] | None = None
 
     def add(self, part: GroupHistogram) -> None:
-        short = part.lengths < _DENSE_LENGTHS
-        lengths = part.lengths[short]
-        if lengths.size and int(lengths[-1]) >= self.dense.size:
-            grown = np.zeros(int(lengths[-1]) + 1, dtype=np.int64)
-            grown[: self.dense.size] = self.dense
-            self.dense = grown
-        self.dense[lengths] += part.counts[short]  # a group's lengths are distinct
-        for length, count in zip(
-            part.lengths[~short].tolist(), part.counts[~short].tolist(), strict=True
-        ):
-            self.sparse[length] = self.sparse.get(length, 0) + count
+        self.counts.add_counts(part.lengths, part.counts)  # a group's lengths are distinct
         self.num_bad += part.num_bad
         firsts = [first for first in (self.first_bad, part.first_bad) if first is not None]
         if firsts:  # the first in the inputs' order: (file index, row) decide
             self.first_bad = min(firsts, key=lambda first: first[:2])
 
     def part(self) -> HistogramPart:
-        lengths = np.flatnonzero(self.dense)
-        rows: list[tuple[int | None, int]] = list(
-            zip(lengths.tolist(), self.dense[lengths].tolist(), strict=True)
-        )
-        rows += sorted(self.sparse.items())
+        rows: list[tuple[int | None, int]] = list(self.counts.histogram().items())
         if self.num_bad:
             rows.append((None, self.num_bad))
         return HistogramPart(rows, self.num_bad, self.first_bad)
