@@ -21,12 +21,11 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pyarrow as pa
-import pyarrow.parquet as pq
 
 from seqpack_cli.errors import InputError, option
-from seqpack_cli.prepare.db import first_line
 from seqpack_cli.prepare.input_batches import InputKind, describe_input, input_kind
 from seqpack_cli.prepare.inputs import not_regular
+from seqpack_cli.prepare.text_inputs import is_text
 
 __all__ = ["Footer", "InputFile", "check_footers", "inspect_inputs", "read_footer", "widened_type"]
 
@@ -120,7 +119,7 @@ def _check_column(
             "integer token counts, or lists of integer token ids (each list's length is the "
             f"sequence's): name the token-id or length column with {flag}"
         )
-    if role == "length" and _is_text(column_type):
+    if role == "length" and is_text(column_type):
         raise InputError(
             f"length column {column!r} ({flag}) in {path} holds {column_type} values; expected "
             "integer token counts, and this column holds text: to tokenize it inside prepare, "
@@ -135,14 +134,6 @@ def _check_column(
     raise InputError(
         f"{role} column {column!r} ({flag}) in {path} holds {column_type} values; expected "
         f"{expected}; {fix}, or name the right column with {flag}"
-    )
-
-
-def _is_text(column_type: pa.DataType) -> bool:
-    return bool(
-        pa.types.is_string(column_type)
-        or pa.types.is_large_string(column_type)
-        or pa.types.is_string_view(column_type)
     )
 
 
@@ -250,18 +241,11 @@ def _lenient(column_type: pa.DataType) -> pa.DataType:
     return column_type
 
 
-def _jsonl_footer(path: Path) -> Footer:
-    described = describe_input(path)
-    types = {field.name: _lenient(field.type) for field in described.schema}
-    return Footer(
-        path, described.num_bytes, described.num_rows, tuple(described.schema.names), types, "jsonl"
-    )
-
-
 def read_footer(path: Path) -> Footer:
-    """The footer of one input; `InputError` for a path that is not a regular file, a file that
-    is not parquet (or is truncated), or a JSON Lines file that is empty or has a malformed line
-    (named by number)."""
+    """The footer of one input (`input_batches.describe_input`; a JSON Lines file's sampled
+    types read leniently, `_lenient`); `InputError` for a path that is not a regular file, a
+    file that is not parquet (or is truncated), or a JSON Lines file that is empty or has a
+    malformed line (named by number)."""
     why = not_regular(path)
     if why == "missing":
         raise InputError(f"input file {path} does not exist; check the path")
@@ -269,19 +253,14 @@ def read_footer(path: Path) -> Footer:
         raise InputError(
             f"input {path} is {why}; inputs are parquet or JSON Lines files: leave it out"
         )
-    if input_kind(path) == "jsonl":
-        return _jsonl_footer(path)
-    try:
-        with open(path, "rb") as handle:  # pyarrow takes only UTF-8 path names
-            metadata = pq.read_metadata(handle)
-        schema = metadata.schema.to_arrow_schema()
-    except (pa.ArrowException, OSError) as error:
-        raise InputError(
-            f"input file {path} is not a readable parquet file ({first_line(error)}); "
-            "leave it out of the inputs or rewrite it as parquet"
-        ) from None
+    described = describe_input(path)
+    schema = described.schema
     types = {field.name: field.type for field in schema}
-    return Footer(path, path.stat().st_size, metadata.num_rows, tuple(schema.names), types)
+    if described.kind == "jsonl":
+        types = {name: _lenient(column_type) for name, column_type in types.items()}
+    return Footer(
+        path, described.num_bytes, described.num_rows, tuple(schema.names), types, described.kind
+    )
 
 
 def _check_columns(length_column: str, id_column: str | None) -> list[str]:

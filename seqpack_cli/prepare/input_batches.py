@@ -182,12 +182,12 @@ def describe_input(path: Path) -> InputDescription:
     try:
         with open(path, "rb") as handle:  # pyarrow takes only UTF-8 path names
             metadata = pq.read_metadata(handle)
+        schema = metadata.schema.to_arrow_schema()
     except (pa.ArrowException, OSError) as error:
         raise InputError(
             f"input file {path} is not a readable parquet file ({str(error).splitlines()[0]}); "
             "leave it out of the inputs or rewrite it as parquet"
         ) from None
-    schema = metadata.schema.to_arrow_schema()
     return InputDescription(path, "parquet", num_bytes, metadata.num_rows, schema)
 
 
