@@ -59,6 +59,17 @@ LAYOUT = {
     "dataset.parquet": b"",
 }
 
+# What a search under data/ takes: parquet by any of its extensions (any case) and
+# .jsonl/.jsonl.gz, sorted by URL; the .json metadata, the README and the marker are left out.
+DATA_SEARCHED = [
+    "data/a.parquet",
+    "data/b.PQ",
+    "data/e.jsonl",
+    "data/f.jsonl.gz",
+    "data/sub/c.parq",
+    "data/sub/deeper/d.parquet",
+]
+
 
 @pytest.fixture(scope="module")
 def endpoint() -> Iterator[str]:
@@ -84,19 +95,8 @@ def _keys(files: list[RemoteFile]) -> list[str]:
 @pytest.mark.parametrize(
     ("inputs", "expected"),
     [
-        # A prefix is searched recursively, like a local directory: parquet by any of its
-        # extensions (any case) and .jsonl/.jsonl.gz; .json, README and markers are left out.
-        (
-            ["s3://corpus/data/"],
-            [
-                "data/a.parquet",
-                "data/b.PQ",
-                "data/e.jsonl",
-                "data/f.jsonl.gz",
-                "data/sub/c.parq",
-                "data/sub/deeper/d.parquet",
-            ],
-        ),
+        # A prefix is searched recursively, like a local directory.
+        (["s3://corpus/data/"], DATA_SEARCHED),
         # The same key without the slash: no object has it, so it is a prefix.
         (["s3://corpus/data/sub"], ["data/sub/c.parq", "data/sub/deeper/d.parquet"]),
         # `*` stays in one segment, `**` spans several (zero included).
@@ -114,16 +114,7 @@ def _keys(files: list[RemoteFile]) -> list[str]:
         # The whole bucket.
         (
             ["s3://corpus"],
-            [
-                "data/a.parquet",
-                "data/b.PQ",
-                "data/e.jsonl",
-                "data/f.jsonl.gz",
-                "data/sub/c.parq",
-                "data/sub/deeper/d.parquet",
-                "dataset.parquet",
-                "other/x.parquet",
-            ],
+            [*DATA_SEARCHED, "dataset.parquet", "other/x.parquet"],
         ),
     ],
 )
