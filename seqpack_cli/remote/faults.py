@@ -12,8 +12,16 @@ from __future__ import annotations
 
 from seqpack_cli.errors import InputError, option
 from seqpack_cli.remote.options import Settings, credential_source
+from seqpack_cli.remote.urls import parse_url
 
-__all__ = ["NOT_FOUND", "classify", "describe_failure", "no_such_object", "remote_error"]
+__all__ = [
+    "NOT_FOUND",
+    "classify",
+    "describe_failure",
+    "no_such_bucket",
+    "no_such_object",
+    "remote_error",
+]
 
 NOT_FOUND = "not_found"
 
@@ -98,10 +106,7 @@ def describe_failure(url: str, error: BaseException, settings: Settings) -> str:
     """
     kind = classify(error)
     if kind == "no_bucket":
-        return (
-            f"{url}: no such bucket; check the bucket name (and the endpoint: "
-            f"{settings.endpoint_url or 'the provider default'})"
-        )
+        return no_such_bucket(url, settings)
     if kind == "denied":
         return (
             f"{url}: access denied with {credential_source(settings)}; give credentials that "
@@ -118,6 +123,15 @@ def describe_failure(url: str, error: BaseException, settings: Settings) -> str:
         return no_such_object(url)
     detail = " ".join(str(error).split()) or type(error).__name__
     return f"{url}: {detail}"
+
+
+def no_such_bucket(url: str, settings: Settings) -> str:
+    """The line for an s3:// or gs:// input whose bucket is not there (at the endpoint used)."""
+    bucket = parse_url(url).root
+    return (
+        f"{url}: no such bucket {bucket}; check the bucket name (and the endpoint: "
+        f"{settings.endpoint_url or 'the provider default'})"
+    )
 
 
 def no_such_object(url: str) -> str:

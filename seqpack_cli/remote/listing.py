@@ -20,7 +20,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pyarrow import fs as arrow_fs
 
 from seqpack_cli.errors import InputError
-from seqpack_cli.remote.faults import no_such_object, remote_error
+from seqpack_cli.remote.faults import no_such_bucket, no_such_object, remote_error
 from seqpack_cli.remote.filesystems import filesystem_for, path_in_filesystem
 from seqpack_cli.remote.objects import RemoteFile, stat_object
 from seqpack_cli.remote.options import Settings, check_storage_options, settings_for
@@ -168,10 +168,7 @@ def _check_root(text: str, parsed: RemoteURL, settings: Settings) -> None:
     except Exception as error:
         raise remote_error(text, error, settings) from None
     if info.type == arrow_fs.FileType.NotFound:
-        raise InputError(
-            f"{text}: no such bucket {parsed.root}; check the bucket name (and the endpoint: "
-            f"{settings.endpoint_url or 'the provider default'})"
-        )
+        raise InputError(no_such_bucket(text, settings))
 
 
 def _is_data(key: str, *, searched: bool) -> bool:
