@@ -240,6 +240,14 @@ def test_messages_without_a_chat_template(tmp_path: Path) -> None:
     _fails(result, tmp_path / "out", "chat template", "--messages-column")
 
 
+def test_messages_with_a_template_that_does_not_compile(tmp_path: Path) -> None:
+    broken = build_bpe_tokenizer(tmp_path / "broken", template="{% for m in messages %}{{ m }")
+    inputs = _write(tmp_path / "in", {"messages": _chats(4)}, files=1)
+    result = _prepare(inputs, tmp_path / "out", "--tokenizer", str(broken),
+                      "--messages-column", "messages")  # fmt: skip
+    _fails(result, tmp_path / "out", "--tokenizer", "does not compile", "--messages-column")
+
+
 @pytest.mark.parametrize(
     ("columns", "option", "fragments"),
     [

@@ -121,6 +121,19 @@ def test_a_template_that_raises(spec: TokenizerSpec, tmp_path: Path) -> None:
     )
 
 
+def test_a_template_that_does_not_compile_is_one_config_line(
+    spec: TokenizerSpec, tmp_path: Path
+) -> None:
+    # It used to escape as jinja2's TemplateSyntaxError (a traceback from `seqpack prepare`).
+    broken = _with_template(spec, tmp_path, "{% for m in messages %}\n{{ m['content'] }")
+    with pytest.raises(ConfigError) as caught:
+        encode_messages(broken, [GOOD], column="chat")
+    message = caught.value.cli_message()
+    assert "\n" not in message
+    for fragment in ("--tokenizer", "does not compile", "line 2", "--messages-column chat"):
+        assert fragment in message, message
+
+
 def test_an_unmarked_template_that_is_not_incremental(spec: TokenizerSpec, tmp_path: Path) -> None:
     # The header counts the messages, so the prompt before a turn is no prefix of the chat.
     counting = _with_template(

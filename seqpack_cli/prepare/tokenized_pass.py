@@ -19,7 +19,7 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
-from seqpack_cli.errors import ConfigError, InputError, option
+from seqpack_cli.errors import InputError, option
 from seqpack_cli.prepare.config import PrepareConfig
 from seqpack_cli.prepare.input_batches import input_kind, line_of_row, read_batches
 from seqpack_cli.prepare.one_pass import OnePass, aborted_on_error, close_store, write_error
@@ -48,18 +48,13 @@ class Tokenizing:
     """One tokenizer and the options, turning a batch of rows into a `TokenBatch`."""
 
     def __init__(self, tokenize: TokenizeOptions, id_column: str | None) -> None:
-        from seqpack_cli.tokenize import load_tokenizer
+        from seqpack_cli.tokenize import chat_template, load_tokenizer
 
         self.options = tokenize
         self.id_column = id_column
         self.spec = load_tokenizer(tokenize.tokenizer)
-        if tokenize.kind == "messages" and self.spec.chat_template is None:
-            raise ConfigError(
-                f"{option('tokenizer')} {tokenize.tokenizer} has no chat template, so "
-                f"{option('messages_column')} {tokenize.messages_column!r} cannot be rendered; "
-                "use a tokenizer whose tokenizer_config.json (or chat_template.jinja) holds one, "
-                f"or {option('prompt_column')} and {option('completion_column')}"
-            )
+        if tokenize.messages_column is not None:  # no usable template: refused before any row
+            chat_template(self.spec, tokenize.messages_column)
 
     def columns(self) -> list[str]:
         """The input columns read."""

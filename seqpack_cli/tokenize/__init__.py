@@ -6,7 +6,8 @@ The kernel `seqpack prepare --tokenizer` runs over each batch of rows. Importing
 - `loading`: `load_tokenizer(path) -> TokenizerSpec`, a local Hugging Face tokenizer and its
   manifest record.
 - `encode`: `encode_text`, `encode_messages`, `encode_prompt_completion`, one batch each;
-  `worker_pool` for `encode_messages(workers=2)`.
+  `worker_pool` for `encode_messages(workers=2)`; `chat_template`, the check that a tokenizer
+  can render chats.
 - `chat`: chat templates rendered as transformers renders them, with the spans to train on.
 - `encoded`: `Encoded` (lengths, tokens, loss mask) and the token-to-span mask.
 - `rows`: `TokenizeError` and the checks of each kind of row.
@@ -15,6 +16,7 @@ The kernel `seqpack prepare --tokenizer` runs over each batch of rows. Importing
 
 from seqpack_cli.tokenize.encode import (
     TrainOn,
+    chat_template,
     encode_messages,
     encode_prompt_completion,
     encode_text,
@@ -29,6 +31,7 @@ __all__ = [
     "TokenizeError",
     "TokenizerSpec",
     "TrainOn",
+    "chat_template",
     "encode_messages",
     "encode_prompt_completion",
     "encode_text",

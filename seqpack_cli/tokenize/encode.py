@@ -20,10 +20,12 @@ from seqpack_cli.errors import ConfigError, option
 from seqpack_cli.tokenize.chat import CompiledTemplate
 from seqpack_cli.tokenize.encoded import Encoded, concatenate, join, spans_mask
 from seqpack_cli.tokenize.loading import TokenizerSpec
+from seqpack_cli.tokenize.optional import import_jinja2
 from seqpack_cli.tokenize.rows import TokenizeError, check_messages, check_texts
 
 __all__ = [
     "TrainOn",
+    "chat_template",
     "encode_messages",
     "encode_prompt_completion",
     "encode_text",
@@ -73,14 +75,39 @@ def encode_text(
     return concatenate(ids, None, spec.vocab_size)
 
 
-def _template(spec: TokenizerSpec, column: str) -> CompiledTemplate:
+def chat_template(spec: TokenizerSpec, column: str = "messages") -> CompiledTemplate:
+    """The tokenizer's chat template, compiled: the one check that chats of `column` can be
+    rendered, made before any row is read (by `encode_messages` and by `prepare`).
+
+    Args:
+        spec: the tokenizer.
+        column: the messages column, for messages.
+
+    Returns:
+        The compiled template.
+
+    Raises:
+        ConfigError: the tokenizer has no chat template, or its template does not compile (one
+            line naming `--tokenizer`, `--messages-column` and the fix).
+        MissingDependencyError: `jinja2` is not installed.
+    """
+    folder = spec.path.parent
     if spec.chat_template is None:
         raise ConfigError(
-            f"{option('tokenizer')} {spec.path.parent}: the tokenizer has no chat template, so "
-            f"{option('messages_column')} {column} cannot be rendered; add a chat_template to "
-            "tokenizer_config.json or chat_template.jinja"
+            f"{option('tokenizer')} {folder} has no chat template, so "
+            f"{option('messages_column')} {column} cannot be rendered; use a tokenizer whose "
+            "tokenizer_config.json (or chat_template.jinja) holds one, or "
+            f"{option('prompt_column')} and {option('completion_column')}"
         )
-    return CompiledTemplate(spec.chat_template, spec.special_tokens)
+    jinja2 = import_jinja2()
+    try:
+        return CompiledTemplate(spec.chat_template, spec.special_tokens)
+    except jinja2.TemplateSyntaxError as error:
+        raise ConfigError(
+            f"{option('tokenizer')} {folder}: its chat template does not compile (line "
+            f"{error.lineno}: {error.message}), so {option('messages_column')} {column} cannot "
+            "be rendered; fix the template in tokenizer_config.json or chat_template.jinja"
+        ) from None
 
 
 def _render(
@@ -120,13 +147,14 @@ def _render(
     return chats, None if train_on == "all" else all_spans
 
 
-def _encode_messages_chunk(
+def _encode_chats(
     spec: TokenizerSpec,
+    template: CompiledTemplate,
     conversations: list[list[dict[str, str]]],
     train_on: TrainOn,
     first_row: int,
 ) -> Encoded:
-    chats, spans = _render(_template(spec, "messages"), conversations, train_on, first_row)
+    chats, spans = _render(template, conversations, train_on, first_row)
     # The template writes the BOS itself: transformers tokenizes a chat without special tokens.
     # Only the mask needs the offsets; without one, the faster batch call skips them.
     encode = spec.tokenizer.encode_batch_fast if spans is None else spec.tokenizer.encode_batch
@@ -141,6 +169,17 @@ def _encode_messages_chunk(
         for encoding, row_spans in zip(encodings, spans, strict=True)
     ]
     return concatenate(ids, masks, spec.vocab_size)
+
+
+def _encode_chats_in_worker(
+    spec: TokenizerSpec,
+    column: str,
+    conversations: list[list[dict[str, str]]],
+    train_on: TrainOn,
+    first_row: int,
+) -> Encoded:
+    # A compiled template does not pickle: each worker compiles its own (cached per process).
+    return _encode_chats(spec, chat_template(spec, column), conversations, train_on, first_row)
 
 
 def worker_pool(workers: int) -> ProcessPoolExecutor:
@@ -199,7 +238,8 @@ def encode_messages(
         `Encoded` with the loss mask.
 
     Raises:
-        ConfigError: the tokenizer has no chat template, or `train_on`/`workers` is invalid.
+        ConfigError: the tokenizer has no chat template (or one that does not compile), or
+            `train_on`/`workers` is invalid.
         TokenizeError: a bad message (no role or content, a non-string content), a template
             error, or a chat of zero tokens.
     """
@@ -209,20 +249,21 @@ def encode_messages(
         )
     if isinstance(workers, bool) or not isinstance(workers, int) or workers < 1:
         raise ConfigError(f"workers={workers!r} is not a positive integer; give 1 or more")
-    template = _template(spec, column)  # no template: fails before any row is read
+    template = chat_template(spec, column)  # no template: fails before any row is read
     if train_on == "assistant" and not template.marked:
         logger.debug("no {%% generation %%} markers: masks from the prompt/answer split")
     conversations = check_messages(batch, column=column, first_row=first_row)
     if (workers == 1 and executor is None) or len(conversations) < 2:
-        return _encode_messages_chunk(spec, conversations, train_on, first_row)
+        return _encode_chats(spec, template, conversations, train_on, first_row)
     pool = executor or worker_pool(workers)
     try:
         parts = workers
         bounds = np.linspace(0, len(conversations), parts + 1).astype(int)
         futures = [
             pool.submit(
-                _encode_messages_chunk,
+                _encode_chats_in_worker,
                 spec,
+                column,
                 conversations[start:end],
                 train_on,
                 first_row + int(start),
