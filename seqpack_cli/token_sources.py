@@ -62,6 +62,7 @@ __all__ = [
     "opener_at",
     "read_npy_header",
     "shown",
+    "write_info",
 ]
 
 _MAX_IDS_SHOWN = 8
@@ -81,6 +82,15 @@ start), one per piece, by piece id: piece `p` holds the source's tokens from `st
 TOKEN_SOURCE_FORMAT = "seqpack-tokens"
 """`token_source.json`'s `format`: what marks a directory as a seqpack token source."""
 TOKEN_SOURCE_VERSION = 1
+
+
+def write_info(folder: Path, info: Mapping[str, Any]) -> None:
+    """`folder/token_source.json` holding `info`: written under a temporary name and renamed
+    over any old one, so it is never half written, and a file linked from another directory (a
+    store's roles may share files) is left as it was."""
+    staged = folder / f".{INFO_NAME}.tmp"
+    staged.write_text(json.dumps(info, indent=1) + "\n", "utf-8")
+    os.replace(staged, folder / INFO_NAME)
 
 
 INDEX_DTYPE = "<i8"

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import json
 import logging
-import os
 import time
 from collections import Counter
 from collections.abc import Mapping, Sequence
@@ -182,16 +181,14 @@ def _name_copies(
 ) -> None:
     """Each role's token_source.json lists an in-memory table or a remote object as the
     manifest does, not by the path of its copy (rewritten, renamed over, recorded again)."""
-    from seqpack_cli.token_sources import INFO_NAME
+    from seqpack_cli.token_sources import INFO_NAME, write_info
 
     for role in store:
         path = writer.tmp_path / role / INFO_NAME
         info = json.loads(path.read_text("utf-8"))
         for entry in info["inputs"]["files"]:
             entry.update(copies.get(Path(entry["path"]), {}))
-        renamed = path.with_name(f".{INFO_NAME}.tmp")
-        renamed.write_text(json.dumps(info, indent=1) + "\n", "utf-8")
-        os.replace(renamed, path)
+        write_info(path.parent, info)
         writer.record_file(f"{role}/{INFO_NAME}")
 
 

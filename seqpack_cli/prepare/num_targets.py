@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import json
 import logging
-import os
 import time
 from pathlib import Path
 from typing import Any
@@ -28,7 +27,7 @@ from seqpack_cli.target_counts import (
     count_chunks,
     num_targets_entry,
 )
-from seqpack_cli.token_sources import INFO_NAME, OFFSETS_NAME, TOKENS_NAME
+from seqpack_cli.token_sources import INFO_NAME, OFFSETS_NAME, TOKENS_NAME, write_info
 
 __all__ = ["write_num_targets"]
 
@@ -79,11 +78,7 @@ def write_num_targets(
     info_path = directory / INFO_NAME
     info = json.loads(info_path.read_text("utf-8"))
     info[NUM_TARGETS_KEY] = num_targets_entry(role, dtype, truncated_to)
-    # A new file renamed over the old: the description is never half written, and a file linked
-    # from another directory (a store's roles may share files) is left as it was.
-    staged = info_path.with_name(f".{INFO_NAME}.tmp")
-    staged.write_text(json.dumps(info, indent=1) + "\n", "utf-8")
-    os.replace(staged, info_path)
+    write_info(directory, info)
     logger.info(
         "%s/%s: the targets of %d sequences (%.2fs)",
         directory.name,

@@ -17,7 +17,6 @@ with their message, in their order.
 
 from __future__ import annotations
 
-import json
 import logging
 import time
 from collections.abc import Iterator, Mapping, Sequence
@@ -35,7 +34,7 @@ from seqpack_cli.prepare.pools.offsets import Layout, PoolAppend, num_workers
 from seqpack_cli.prepare.pools.scan import PoolScan
 from seqpack_cli.prepare.streamed_store import StreamedStore
 from seqpack_cli.prepare.token_batches import StoreColumns
-from seqpack_cli.prepare.token_files import row_locator, source_info, write_id_index
+from seqpack_cli.prepare.token_files import row_locator, source_info, store_entry, write_id_index
 from seqpack_cli.prepare.token_reading import TokenInput, inspect_token_inputs
 from seqpack_cli.prepare.token_store import STORE_RULES
 from seqpack_cli.prepare.token_stream import Fault, stream_token_batches
@@ -44,7 +43,13 @@ from seqpack_cli.prepared.format import STORE_ROLES
 from seqpack_cli.prepared.integrity import file_digest
 from seqpack_cli.prepared.mounts import remove_tree
 from seqpack_cli.progress import ProgressCallback
-from seqpack_cli.token_sources import IDS_NAME, INFO_NAME, OFFSETS_NAME, ROWS_NAME, TOKENS_NAME
+from seqpack_cli.token_sources import (
+    IDS_NAME,
+    OFFSETS_NAME,
+    ROWS_NAME,
+    TOKENS_NAME,
+    write_info,
+)
 
 __all__ = [
     "Fallback",
@@ -126,7 +131,7 @@ class OnePass:
             dtype = self.store.spec.dtypes[role]
             num_values = self.store.value_count(role)
             info = source_info(column, config.id_column, dtype, files, num_values, split=self.split)
-            (root / INFO_NAME).write_text(json.dumps(info, indent=1) + "\n", "utf-8")
+            write_info(root, info)
             names = sorted(path.name for path in root.iterdir())
             for name in names:
                 path = root / name
@@ -140,12 +145,7 @@ class OnePass:
                     writer.record_file(f"{role}/{name}")
                 else:
                     writer.record_written(f"{role}/{name}", path.stat().st_size, digest)
-            section[role] = {
-                "column": column,
-                "dtype": dtype.name,
-                "num_sequences": info["num_sequences"],
-                "num_tokens": num_values,
-            }
+            section[role] = store_entry(info)
         return section
 
 

@@ -18,7 +18,7 @@ import json
 import logging
 import os
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -53,6 +53,7 @@ from seqpack_cli.token_sources import (
     TOKEN_SOURCE_VERSION,
     TOKENS_NAME,
     FlatTokenSource,
+    write_info,
 )
 
 __all__ = [
@@ -60,6 +61,7 @@ __all__ = [
     "repeated_id_error",
     "row_locator",
     "source_info",
+    "store_entry",
     "write_id_index",
     "write_token_source",
 ]
@@ -283,6 +285,11 @@ def _check_arguments(column: Any, id_column: Any, dtype: Any, role: Any) -> np.d
     return chosen.newbyteorder("<") if chosen.itemsize > 1 else chosen
 
 
+def store_entry(info: Mapping[str, Any]) -> dict[str, Any]:
+    """A role's entry in the manifest's `token_store` section, from its `token_source.json`."""
+    return {key: info[key] for key in ("column", "dtype", "num_sequences", "num_tokens")}
+
+
 def source_info(
     column: str,
     id_column: str | None,
@@ -443,7 +450,7 @@ def write_token_source(
             entry["path"] = staged.get(Path(entry["path"]), entry["path"])
         if id_column is not None:
             write_id_index(staging.path, id_column, row_locator(info["inputs"]["files"]))
-        (staging.path / INFO_NAME).write_text(json.dumps(info, indent=1) + "\n", "utf-8")
+        write_info(staging.path, info)
         if role in COUNTED_ROLES:
             truncated_to = None if prepared is None else prepared.over_cap.cut_to
             write_num_targets(staging.path, role, truncated_to=truncated_to)

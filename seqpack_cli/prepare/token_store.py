@@ -12,7 +12,6 @@ max_seq_len in the longest pool of a `--over-cap truncate` prepare).
 
 from __future__ import annotations
 
-import json
 import logging
 import shutil
 import time
@@ -23,7 +22,7 @@ from typing import Any
 import numpy as np
 
 from seqpack_cli.errors import InputError, option
-from seqpack_cli.prepare.token_files import row_locator, source_info, write_id_index
+from seqpack_cli.prepare.token_files import row_locator, source_info, store_entry, write_id_index
 from seqpack_cli.prepare.token_reading import (
     inspect_token_inputs,
     role_rule,
@@ -34,10 +33,10 @@ from seqpack_cli.prepared.alignment import check_pool_lengths, pool_mismatch_err
 from seqpack_cli.prepared.format import STORE_ROLES
 from seqpack_cli.token_sources import (
     IDS_NAME,
-    INFO_NAME,
     OFFSETS_NAME,
     ROWS_NAME,
     FlatTokenSource,
+    write_info,
 )
 
 __all__ = [
@@ -195,13 +194,8 @@ def write_token_store(
             if id_column is not None:
                 for name in (IDS_NAME, ROWS_NAME):
                     shutil.copyfile(tokens_dir / name, root / name)
-        (root / INFO_NAME).write_text(json.dumps(info, indent=1) + "\n", "utf-8")
-        section[role] = {
-            "column": column,
-            "dtype": dtype.name,
-            "num_sequences": info["num_sequences"],
-            "num_tokens": num_tokens,
-        }
+        write_info(root, info)
+        section[role] = store_entry(info)
         names += sorted(f"{role}/{path.name}" for path in root.iterdir())
         logger.info(
             "token store %s/: %d %s values (%.2fs)",

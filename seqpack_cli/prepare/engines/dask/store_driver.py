@@ -21,7 +21,6 @@ row), phase 3 runs again with the counts it found.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -56,7 +55,7 @@ from seqpack_cli.prepare.one_pass import write_error
 from seqpack_cli.prepare.pools.offsets import changed_error
 from seqpack_cli.prepare.store_files import create_sized, store_header
 from seqpack_cli.prepare.token_batches import StoreColumns
-from seqpack_cli.prepare.token_files import row_locator, source_info
+from seqpack_cli.prepare.token_files import row_locator, source_info, store_entry
 from seqpack_cli.prepare.token_reading import TokenInput
 from seqpack_cli.prepared import PreparedWriter
 from seqpack_cli.token_sources import (
@@ -66,6 +65,7 @@ from seqpack_cli.token_sources import (
     PIECES_NAME,
     ROWS_NAME,
     TOKENS_NAME,
+    write_info,
 )
 
 __all__ = ["Split", "StoreHooks", "write_cluster_store"]
@@ -258,7 +258,7 @@ class _Store:
             info = source_info(
                 column, config.id_column, self.spec.dtypes[role], files, num_values, split=split
             )
-            (self.root / role / INFO_NAME).write_text(json.dumps(info, indent=1) + "\n", "utf-8")
+            write_info(self.root / role, info)
             own = [PIECES_NAME] if pieces and role == "tokens" else []
             for name in sorted([*names, *own, INFO_NAME]):
                 if name == INFO_NAME:
@@ -266,12 +266,7 @@ class _Store:
                     continue
                 size, digest = digests["tokens" if name in shared else role, name]
                 self.writer.record_written(f"{role}/{name}", size, digest)
-            section[role] = {
-                "column": column,
-                "dtype": self.spec.dtypes[role].name,
-                "num_sequences": info["num_sequences"],
-                "num_tokens": num_values,
-            }
+            section[role] = store_entry(info)
         return section
 
 
