@@ -1,8 +1,9 @@
 """`seqpack prepare s3://...` against the same files on local disk, with a local S3 server.
 
-moto's standalone S3 server (`python -m moto.server`, the dev extra) runs on 127.0.0.1; the
-parquet files are written locally and uploaded through the S3 API. Then, side by side in one run
-(rounds alternate, best of `--repeat`), each as a process (wall, CPU, peak RSS from wait4):
+moto's standalone S3 server (`python -m moto.server`, the dev extra) runs on 127.0.0.1, started
+as the tests start it (`tests/remote_servers.py`); the parquet files are written locally and
+uploaded through the S3 API. Then, side by side in one run (rounds alternate, best of
+`--repeat`), each as a process (wall, CPU, peak RSS from wait4):
 
 - the length path: `prepare s3://bench/lengths/ --length-column n --id-column doc` against
   `prepare LOCAL_DIR ...` on the same files (1e7 rows by default, 16 objects);
@@ -25,12 +26,10 @@ from __future__ import annotations
 
 import argparse
 import os
-import socket
-import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pyarrow as pa
@@ -38,47 +37,17 @@ import pyarrow.parquet as pq
 from processes import Run, run_process
 from tables import print_table
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
+from remote_servers import aws_credentials, moto_server, s3_client
+
 SEQPACK = [sys.executable, "-m", "seqpack_cli"]
 BUCKET = "bench"
 
 
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
-
-
-class MotoServer:
-    """moto's S3 server as a child process on a free port."""
-
-    def __enter__(self) -> MotoServer:
-        port = free_port()
-        self.endpoint = f"http://127.0.0.1:{port}"
-        self.process = subprocess.Popen(
-            [sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)],
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.DEVNULL,
-        )
-        deadline = time.monotonic() + 30
-        while time.monotonic() < deadline:
-            try:
-                socket.create_connection(("127.0.0.1", port), timeout=0.5).close()
-                break
-            except OSError:
-                time.sleep(0.1)
-        import boto3
-
-        self.client = boto3.client("s3", endpoint_url=self.endpoint, region_name="us-east-1")
-        self.client.create_bucket(Bucket=BUCKET)
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.process.terminate()
-        self.process.wait(timeout=30)
-
-    def upload(self, folder: Path, prefix: str) -> None:
-        for path in sorted(folder.glob("*.parquet")):
-            self.client.upload_file(str(path), BUCKET, f"{prefix}/{path.name}")
+def upload(client: Any, folder: Path, prefix: str) -> None:
+    """Every parquet file of `folder` as an object `s3://bench/{prefix}/{name}`."""
+    for path in sorted(folder.glob("*.parquet")):
+        client.upload_file(str(path), BUCKET, f"{prefix}/{path.name}")
 
 
 def write_lengths(folder: Path, rows: int, files: int) -> Path:
@@ -140,20 +109,23 @@ def main() -> None:
     args = parser.parse_args()
     rows = int(1e6 if args.quick else args.rows)
     token_rows = int(2e4 if args.quick else args.token_rows)
-    env = {**os.environ, "AWS_ACCESS_KEY_ID": "bench", "AWS_SECRET_ACCESS_KEY": "bench",
-           "AWS_DEFAULT_REGION": "us-east-1"}  # fmt: skip
-    os.environ.update({k: env[k] for k in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY")})
-    with tempfile.TemporaryDirectory(prefix="bench-remote-") as tmp, MotoServer() as server:
+    with (
+        tempfile.TemporaryDirectory(prefix="bench-remote-") as tmp,
+        aws_credentials(),  # moto's dummy credentials, for this process and the prepares
+        moto_server() as endpoint,
+    ):
+        env = dict(os.environ)
         folder = Path(tmp)
-        endpoint = server.endpoint
+        client = s3_client(endpoint)
+        client.create_bucket(Bucket=BUCKET)
         lengths = write_lengths(folder / "lengths", rows, args.files)
-        server.upload(lengths, "lengths")
+        upload(client, lengths, "lengths")
         many = write_lengths(folder / "many", rows, 4 * args.files)
-        server.upload(many, "many")
+        upload(client, many, "many")
         quarter = write_lengths(folder / "quarter", rows // 4, args.files)
-        server.upload(quarter, "quarter")
+        upload(client, quarter, "quarter")
         tokens, num_tokens = write_tokens(folder / "tokens", token_rows, args.files)
-        server.upload(tokens, "tokens")
+        upload(client, tokens, "tokens")
         size = sum(p.stat().st_size for p in lengths.iterdir())
         length_args = ["--length-column", "n", "--id-column", "doc"]
         local_runs, remote_runs = [], []
