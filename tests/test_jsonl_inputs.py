@@ -27,6 +27,7 @@ from seqpack_cli.errors import InputError
 from seqpack_cli.prepare import PrepareConfig, load_prepared, prepare_dataset
 from seqpack_cli.prepare.input_batches import describe_input, input_kind, read_batches
 from seqpack_cli.prepare.inputs import resolve_inputs
+from seqpack_cli.prepare.jsonl_staging import staged_parquet
 
 KINDS = ("parquet", "jsonl", "jsonl.gz", "json")
 
@@ -288,3 +289,31 @@ def test_read_batches_holds_a_few_blocks_of_a_jsonl_file_not_the_file(tmp_path: 
     num_rows, peak = map(int, done.stdout.split())
     assert num_rows == 300_000
     assert peak < 32 * 2**20, f"Arrow held {peak / 2**20:.1f} MiB"
+
+
+def test_staging_words_a_malformed_line_as_a_line_and_a_bad_value_by_its_column(
+    tmp_path: Path,
+) -> None:
+    # The footer pass catches a malformed line first; staging words one too (a file rewritten
+    # between the passes), as the line it is, never as a column named after its message.
+    broken = tmp_path / "broken.jsonl"
+    broken.write_text('{"n": 2, "i": 1}\n{"n": 3, "i": \n', encoding="utf-8")
+    with pytest.raises(InputError) as caught:
+        staged_parquet(broken, [("n", "BIGINT"), ("i", "BIGINT")])
+    message = str(caught.value)
+    assert "broken.jsonl line 2 is not valid JSON" in message
+    assert "column" not in message
+    ids = write_jsonl(
+        tmp_path / "ids.jsonl", [{"n": 2, "i": 1}, {"n": 3, "i": 2}, {"n": 1, "i": "x"}]
+    )
+    with pytest.raises(
+        InputError, match=r"id column 'i' \(id_column\) in .*ids\.jsonl line 3 holds"
+    ):
+        staged_parquet(ids, [("n", "BIGINT"), ("i", "BIGINT")])
+    lists = write_jsonl(tmp_path / "lists.jsonl", [{"t": [1, 2]}, {"t": [3, 4.5]}])
+    with pytest.raises(
+        InputError,
+        match=r"length column 't' .* line 2 holds \[3, 4\.5\]; expected "
+        r"lists of integer token ids",
+    ):
+        staged_parquet(lists, [("t", "BIGINT[]")])

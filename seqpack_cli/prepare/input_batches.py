@@ -13,8 +13,8 @@ parsed (the other keys are ignored, whatever they hold).
   parses no column) and schema (for JSON Lines, `jsonl_schema`: each key typed on its own from
   the first lines, so a key of mixed types troubles no other column);
 - `jsonl_fault`: where a JSON Lines file first goes wrong (a malformed line, a line that is not
-  an object, a value of the wrong type), as a 1-based line number; run only to word an error,
-  since pyarrow's own messages count rows inside a block, not lines;
+  an object, a value of the wrong type), a `JsonlFault` (1-based line, what, the column); run
+  only to word an error, since pyarrow's own messages count rows inside a block, not lines;
 - `line_of_row`: the line that holds a row (0-based, blank lines skipped), to word an error.
 """
 
@@ -40,6 +40,7 @@ from seqpack_cli.prepare.inputs import JSONL_SUFFIXES
 __all__ = [
     "InputDescription",
     "InputKind",
+    "JsonlFault",
     "describe_input",
     "input_kind",
     "jsonl_fault",
@@ -89,7 +90,7 @@ def _not_jsonl(path: Path, error: BaseException) -> InputError:
     """A JSON Lines file pyarrow refused, located to its first bad line (or pyarrow's words)."""
     fault = jsonl_fault(path)
     if fault is not None:
-        return _bad_line(path, *fault)
+        return fault.error(path)
     reason = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
     return InputError(
         f"input file {path} is not readable as JSON Lines ({reason}); JSON Lines inputs hold one "
@@ -230,10 +231,11 @@ def _jsonl_batches(path: Path, columns: Sequence[str]) -> Iterator[pa.RecordBatc
         )
         if fault is None:
             raise _not_jsonl(path, error) from None
-        line, what = fault
+        if fault.column is None:
+            raise fault.error(path) from None
         raise InputError(
-            f"input file {path} line {line} {what}, unlike the lines before it; give the column "
-            "one type in every line"
+            f"input file {path} line {fault.line} {fault.what} in column {fault.column!r}, unlike "
+            "the lines before it; give the column one type in every line"
         ) from None
 
 
@@ -346,30 +348,44 @@ def _parsed(path: Path, number: int, raw: bytes) -> dict[str, Any] | None:
     """Line `number`'s JSON object, None for a blank line; `InputError` for a bad one."""
     value, fault = _line_fault(number, raw)
     if fault is not None:
-        raise _bad_line(path, number, fault)
+        raise JsonlFault(number, fault).error(path)
     return value
 
 
-def _bad_line(path: Path, number: int, fault: str) -> InputError:
-    return InputError(
-        f"input file {path} line {number} {fault}; JSON Lines inputs hold one JSON object per "
-        "line: fix or remove that line"
-    )
+@dataclass(frozen=True)
+class JsonlFault:
+    """Where a JSON Lines file first goes wrong (`jsonl_fault`).
+
+    `line` is 1-based; `what` says what is wrong with it ("is not valid JSON (...)", "is not a
+    JSON object (...)", or for a value that does not fit, "holds 3.5"); `column` is the column of
+    that value, None when the line itself is malformed.
+    """
+
+    line: int
+    what: str
+    column: str | None = None
+
+    def error(self, path: Path) -> InputError:
+        """The one-line error for a malformed line (callers word a value's fault themselves)."""
+        return InputError(
+            f"input file {path} line {self.line} {self.what}; JSON Lines inputs hold one JSON "
+            "object per line: fix or remove that line"
+        )
 
 
 def jsonl_fault(
     path: Path, checks: dict[str, Callable[[Any], bool]] | None = None
-) -> tuple[int, str] | None:
+) -> JsonlFault | None:
     """The first line of a JSON Lines file that is malformed, not a JSON object, or (with
-    `checks`, {column: whether a value fits}) holds a value that does not fit: (1-based line
-    number, what is wrong, e.g. "is not valid JSON (...)"); None if every line is fine."""
+    `checks`, {column: whether a value fits}) holds a value that does not fit; None if every
+    line is fine."""
     for number, raw in _lines(path):
         value, fault = _line_fault(number, raw)
         if fault is not None:
-            return number, fault
+            return JsonlFault(number, fault)
         for column, fits in (checks or {}).items() if value is not None else ():
             if not fits(value.get(column)):
-                return number, f"holds {_shown(value.get(column))} in column {column!r}"
+                return JsonlFault(number, f"holds {_shown(value.get(column))}", column)
     return None
 
 

@@ -79,25 +79,25 @@ def _new_path(key: object) -> Path:
 
 
 def _value_error(path: Path, column_types: Sequence[tuple[str, str]]) -> InputError | None:
-    """The first line whose value does not fit its column, worded for the column's role (the
-    first column is the length column, the second the id column); None if none is found."""
+    """The first malformed line, or the first whose value does not fit its column, worded for
+    the column's role (the first column is the length column, the second the id column); None
+    if none is found."""
     checks = {column: value_fits(arrow_type(kind)) for column, kind in column_types}
     fault = jsonl_fault(path, checks)
     if fault is None:
         return None
-    line, what = fault
-    column = what.rsplit("column ", 1)[-1].strip("'")
-    kinds = dict(column_types)
+    column = fault.column
+    if column is None:
+        return fault.error(path)
     if column != column_types[0][0]:
         role, expected = "id", "unique integer ids"
-    elif kinds.get(column, "").endswith("[]"):
+    elif dict(column_types)[column].endswith("[]"):
         role, expected = "length", "lists of integer token ids"
     else:
         role, expected = "length", "integer token counts"
     return InputError(
-        f"{role} column {column!r} ({option(f'{role}_column')}) in {path} line {line} "
-        f"{what.split(' in column ')[0]}; expected {expected}: fix or drop that line before "
-        "prepare"
+        f"{role} column {column!r} ({option(f'{role}_column')}) in {path} line {fault.line} "
+        f"{fault.what}; expected {expected}: fix or drop that line before prepare"
     )
 
 
