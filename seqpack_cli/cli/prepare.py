@@ -265,9 +265,9 @@ def prepare(
     quiet: QuietOption = False,
     json_output: JsonOption = False,
 ) -> None:
-    """Scan parquet files into a prepared/ directory: length histogram, templates, id pools."""
+    """Scan parquet or JSON Lines inputs into a prepared/ directory: histogram, templates, pools."""
     from seqpack_cli.prepare.job import PrepareConfig, prepare_dataset, prepare_summary
-    from seqpack_cli.prepare.tokenize_options import TOKENS_COLUMN, TokenizeOptions
+    from seqpack_cli.prepare.tokenize_options import TokenizeOptions
     from seqpack_cli.progress import rich_progress
 
     tokenize = None
@@ -281,7 +281,6 @@ def prepare(
             train_on=train_on,  # type: ignore[arg-type]  # TokenizeOptions checks it
             add_special_tokens=add_special_tokens,
         )
-        length_column = length_column or TOKENS_COLUMN
     else:
         _check_without_tokenizer(
             text_column=text_column,
@@ -291,7 +290,7 @@ def prepare(
         )
     config = PrepareConfig(
         inputs=inputs,
-        length_column=length_column,  # type: ignore[arg-type]  # None: PrepareConfig words it
+        length_column=length_column,  # type: ignore[arg-type]  # None: PrepareConfig fills/words it
         max_seq_len=max_seq_len,
         output=output,
         id_column=id_column,
