@@ -19,12 +19,15 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 from conftest import assert_failed_cleanly
+from hypothesis import given
+from hypothesis import strategies as st
 from typer.testing import CliRunner
 
 from seqpack_cli import load_prepared
 from seqpack_cli.cli.app import app
 from seqpack_cli.errors import ConfigError, InputError
-from seqpack_cli.prepare import PrepareConfig, prepare_dataset
+from seqpack_cli.prepare import PrepareConfig, prepare_dataset, remote_inputs
+from seqpack_cli.prepare.input_batches import input_kind
 
 remote_servers = pytest.importorskip("remote_servers")
 pytest.importorskip("moto")
@@ -238,3 +241,20 @@ def test_remote_options_are_checked(tmp_path: Path) -> None:
         PrepareConfig([tmp_path], "n", 8, tmp_path / "o", storage_options={"region": "x"})
     with pytest.raises(ConfigError, match="storage"):
         PrepareConfig(["s3://b/k.parquet"], "n", 8, tmp_path / "o", storage_options=["region"])  # type: ignore[arg-type]
+
+
+@given(
+    stem=st.text("ab.-_", min_size=1, max_size=6),
+    ending=st.sampled_from([".parquet", ".parq", ".pq", ".jsonl", ".jsonl.gz", ".json"]),
+    upper=st.lists(st.booleans(), min_size=9, max_size=9),
+)
+def test_a_copy_is_read_as_the_kind_of_its_object(
+    stem: str, ending: str, upper: list[bool]
+) -> None:
+    # The job reads each copy by its name (`input_kind`): the copy's ending must give the kind
+    # the object's URL gives, in any case, and keep gzip.
+    ending = "".join(c.upper() if up else c for c, up in zip(ending, upper, strict=False))
+    url = f"s3://bucket/dir/{stem}{ending}"
+    copy = f"00000{remote_inputs._suffix(url)}"
+    assert input_kind(copy) == input_kind(url)
+    assert copy.endswith(".gz") == url.lower().endswith(".gz")

@@ -55,11 +55,11 @@ class RemoteCopy:
 
 
 def _suffix(url: str) -> str:
-    name = url.rsplit("/", 1)[-1].lower()
-    for suffix in (".jsonl.gz", ".jsonl", ".json"):
-        if name.endswith(suffix):
-            return suffix
-    return ".parquet"
+    """The copy's name ending: the object's kind as `input_kind` tells it from the URL (the
+    job reads the copy by the same rule), gzip kept."""
+    if input_kind(url) == "parquet":
+        return ".parquet"
+    return ".jsonl.gz" if url.lower().endswith(".gz") else ".jsonl"
 
 
 def _copy_columns(
