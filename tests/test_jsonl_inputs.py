@@ -20,6 +20,7 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
+from dask_datasets import tree
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -45,14 +46,6 @@ def write_parquet_rows(path: Path, rows: list[dict[str, Any]], schema: pa.Schema
     path.parent.mkdir(parents=True, exist_ok=True)
     pq.write_table(pa.Table.from_pylist(rows, schema=schema), path)
     return path
-
-
-def _tree(path: Path) -> dict[str, bytes]:
-    return {
-        p.relative_to(path).as_posix(): p.read_bytes()
-        for p in sorted(path.rglob("*"))
-        if p.is_file() and p.name != "manifest.json"
-    }
 
 
 def _manifest(path: Path) -> dict[str, Any]:
@@ -118,7 +111,7 @@ def test_jsonl_inputs_give_the_bytes_of_the_same_rows_as_parquet(dataset) -> Non
         # Named one by one, in reverse: the sorted order is kept whatever the naming order.
         got = _prepare(list(reversed(mixed)), root / "got", **options)
         want = _prepare([root / "parquet"], root / "want", **options)
-        assert _tree(got) == _tree(want)
+        assert tree(got) == tree(want)
         got_manifest, want_manifest = _manifest(got), _manifest(want)
         listed = got_manifest.pop("inputs")
         want_manifest.pop("inputs")
