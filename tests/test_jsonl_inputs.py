@@ -26,6 +26,7 @@ from hypothesis import strategies as st
 
 from seqpack_cli.errors import InputError
 from seqpack_cli.prepare import PrepareConfig, load_prepared, prepare_dataset
+from seqpack_cli.prepare.footers import arrow_type, inspect_inputs
 from seqpack_cli.prepare.input_batches import describe_input, input_kind, read_batches
 from seqpack_cli.prepare.inputs import resolve_inputs
 from seqpack_cli.prepare.jsonl_staging import staged_parquet
@@ -310,3 +311,21 @@ def test_staging_words_a_malformed_line_as_a_line_and_a_bad_value_by_its_column(
         r"lists of integer token ids",
     ):
         staged_parquet(lists, [("t", "BIGINT[]")])
+
+
+INTEGER_TYPES = [pa.int8(), pa.int16(), pa.int32(), pa.int64()]
+INTEGER_TYPES += [pa.uint8(), pa.uint16(), pa.uint32(), pa.uint64()]
+
+
+@pytest.mark.parametrize("element", INTEGER_TYPES, ids=str)
+def test_staging_types_are_the_types_the_footers_bind(tmp_path: Path, element: pa.DataType) -> None:
+    # footers.arrow_type inverts the binding check_footers gives a column (one table for both
+    # directions), so a staged copy holds the very types DuckDB is told to read.
+    path = tmp_path / "a.parquet"
+    lengths = pa.array([1, 2], element)
+    ids = pa.array([[1], [2, 3]], pa.list_(element))
+    pq.write_table(pa.table({"n": lengths, "t": ids}), path)
+    for column, expected in (("n", element), ("t", pa.list_(element))):
+        [file] = inspect_inputs([path], column)
+        [(_, bound)] = file.column_types
+        assert arrow_type(bound) == expected

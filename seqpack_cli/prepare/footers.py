@@ -27,7 +27,15 @@ from seqpack_cli.prepare.input_batches import InputKind, describe_input, input_k
 from seqpack_cli.prepare.inputs import not_regular
 from seqpack_cli.prepare.text_inputs import is_text
 
-__all__ = ["Footer", "InputFile", "check_footers", "inspect_inputs", "read_footer", "widened_type"]
+__all__ = [
+    "Footer",
+    "InputFile",
+    "arrow_type",
+    "check_footers",
+    "inspect_inputs",
+    "read_footer",
+    "widened_type",
+]
 
 
 @dataclass(frozen=True)
@@ -55,6 +63,7 @@ _DUCKDB_INTEGERS = {
     pa.uint32(): "UINTEGER",
     pa.uint64(): "UBIGINT",
 }
+_ARROW_INTEGERS = {name: arrow for arrow, name in _DUCKDB_INTEGERS.items()}
 
 
 def _ascii_lower(name: str) -> str:
@@ -85,6 +94,14 @@ def _duckdb_type(column_type: pa.DataType, role: str) -> str | None:
     if element is not None and element in _DUCKDB_INTEGERS:
         return f"{_DUCKDB_INTEGERS[element]}[]"
     return None
+
+
+def arrow_type(duckdb_type: str) -> pa.DataType:
+    """The Arrow type of a column `check_footers` binds as `duckdb_type` (an integer type, or a
+    list of one such as `BIGINT[]`: the inverse of `_duckdb_type`)."""
+    if duckdb_type.endswith("[]"):
+        return pa.list_(_ARROW_INTEGERS[duckdb_type[:-2]])
+    return _ARROW_INTEGERS[duckdb_type]
 
 
 def _check_column(

@@ -33,35 +33,17 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from seqpack_cli.errors import InputError, option
+from seqpack_cli.prepare.footers import arrow_type
 from seqpack_cli.prepare.input_batches import input_kind, jsonl_fault, open_jsonl, value_fits
 
-__all__ = ["arrow_type", "original_names", "staged_parquet"]
+__all__ = ["original_names", "staged_parquet"]
 
 logger = logging.getLogger(__name__)
-
-_ARROW_INTEGERS = {
-    "TINYINT": pa.int8(),
-    "SMALLINT": pa.int16(),
-    "INTEGER": pa.int32(),
-    "BIGINT": pa.int64(),
-    "UTINYINT": pa.uint8(),
-    "USMALLINT": pa.uint16(),
-    "UINTEGER": pa.uint32(),
-    "UBIGINT": pa.uint64(),
-}
 
 _lock = threading.Lock()
 _staged: dict[tuple[str, int, int, tuple[tuple[str, str], ...]], Path] = {}
 _originals: dict[str, str] = {}
 _folder: list[str] = []
-
-
-def arrow_type(duckdb_type: str) -> pa.DataType:
-    """The Arrow type of a column `footers.check_footers` binds as `duckdb_type` (an integer
-    type, or a list of one such as `BIGINT[]`)."""
-    if duckdb_type.endswith("[]"):
-        return pa.list_(_ARROW_INTEGERS[duckdb_type[:-2]])
-    return _ARROW_INTEGERS[duckdb_type]
 
 
 def _remove_folder(owner: int) -> None:
