@@ -219,6 +219,30 @@ def test_the_manifest_records_the_tokenizer_and_refuses_another(
         prepared.check_tokenizer(other)
 
 
+def test_the_recorded_tokenizer_file_is_checked_without_building_it(
+    tmp_path: Path, tokenizer_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    inputs = _write(tmp_path / "in", {"text": ["a packing model"] * 3}, files=1)
+    result = _prepare(inputs, tmp_path / "out", "--tokenizer", str(tokenizer_dir),
+                      "--text-column", "text")  # fmt: skip
+    assert result.exit_code == 0, result.output
+    prepared = load_prepared(tmp_path / "out")
+
+    def no_build(path: object) -> None:
+        raise AssertionError(f"load_tokenizer({path}) ran")
+
+    monkeypatch.setattr("seqpack_cli.tokenize.load_tokenizer", no_build)
+    prepared.check_tokenizer(tokenizer_dir)  # its directory and its file: the hash suffices
+    prepared.check_tokenizer(tokenizer_dir / "tokenizer.json")
+    with pytest.raises(ConfigError, match="no such file or directory"):
+        prepared.check_tokenizer(tmp_path / "nope")
+    monkeypatch.undo()
+    other = build_bpe_tokenizer(tmp_path / "other", template=None)
+    (other / "tokenizer.json").write_text((other / "tokenizer.json").read_text() + "\n")
+    with pytest.raises(InputError, match="same vocabulary, other merges or settings"):
+        prepared.check_tokenizer(other)  # another file: built, to name the difference
+
+
 # ---- bad input: one line, exit 1, nothing written -------------------------------------------
 
 

@@ -1,13 +1,15 @@
 """`Prepared.check_tokenizer`: is this the tokenizer `prepare --tokenizer` tokenized with?
 
-A path is compared by its tokenizer.json's sha256 (what the manifest records); a live tokenizer
-(`tokenizers.Tokenizer`, or a transformers tokenizer) by what it can show: the vocabulary size
-and the ids of the recorded special tokens. A difference is refused in one line that names it,
-so training code stops before it feeds ids from one vocabulary to a model of another.
+A path is compared by its tokenizer.json's sha256 (what the manifest records; the tokenizer is
+built only to name a difference); a live tokenizer (`tokenizers.Tokenizer`, or a transformers
+tokenizer) by what it can show: the vocabulary size and the ids of the recorded special tokens.
+A difference is refused in one line that names it, so training code stops before it feeds ids
+from one vocabulary to a model of another.
 """
 
 from __future__ import annotations
 
+import hashlib
 import os
 from collections.abc import Mapping
 from pathlib import Path
@@ -59,10 +61,14 @@ def check_tokenizer(path: Path, recorded: Mapping[str, Any] | None, tokenizer: A
         )
     if isinstance(tokenizer, (str, os.PathLike)):
         from seqpack_cli.tokenize import load_tokenizer
+        from seqpack_cli.tokenize.loading import tokenizer_file
 
-        spec = load_tokenizer(os.fspath(tokenizer))
-        if spec.sha256 == recorded.get("sha256"):
+        # The recorded sha256 is the file's: the very file needs no tokenizer built (a model's
+        # tokenizer_class would have transformers rebuild it, which takes seconds).
+        file = tokenizer_file(os.fspath(tokenizer))
+        if hashlib.sha256(file.read_bytes()).hexdigest() == recorded.get("sha256"):
             return
+        spec = load_tokenizer(os.fspath(tokenizer))
         found = _differences(recorded, _vocabulary(spec.tokenizer))
         detail = "; ".join(found) if found else "same vocabulary, other merges or settings"
         raise InputError(

@@ -22,7 +22,7 @@ from typing import Any
 from seqpack_cli.errors import ConfigError, MissingDependencyError, option
 from seqpack_cli.tokenize.optional import import_tokenizers
 
-__all__ = ["SPECIAL_TOKEN_NAMES", "TokenizerSpec", "load_tokenizer"]
+__all__ = ["SPECIAL_TOKEN_NAMES", "TokenizerSpec", "load_tokenizer", "tokenizer_file"]
 
 # The named special tokens transformers passes to a chat template (its SPECIAL_TOKENS_ATTRIBUTES).
 SPECIAL_TOKEN_NAMES = (
@@ -207,6 +207,32 @@ def _rebuilt_by_transformers(folder: Path, tokenizer_class: str) -> str | None:
         return None
 
 
+def tokenizer_file(path: str | Path) -> Path:
+    """The `tokenizer.json` that `path` names: the file itself, or the one in the directory.
+
+    Args:
+        path: a `tokenizer.json` file, or a directory holding one.
+
+    Returns:
+        The file's path.
+
+    Raises:
+        ConfigError: the path is missing, or the directory holds no tokenizer.json (one line
+            naming `--tokenizer` and the path).
+    """
+    path = Path(path)
+    if not path.exists():
+        raise _fail(path, "no such file or directory", "give a tokenizer.json or its directory")
+    file = path / "tokenizer.json" if path.is_dir() else path
+    if not file.is_file():
+        raise _fail(
+            path,
+            "the directory holds no tokenizer.json",
+            "save the tokenizer with save_pretrained() (a fast tokenizer) or point to its file",
+        )
+    return file
+
+
 def load_tokenizer(path: str | Path) -> TokenizerSpec:
     """Read a local tokenizer.
 
@@ -229,16 +255,8 @@ def load_tokenizer(path: str | Path) -> TokenizerSpec:
         MissingDependencyError: the `tokenizers` package is not installed.
     """
     path = Path(path)
-    if not path.exists():
-        raise _fail(path, "no such file or directory", "give a tokenizer.json or its directory")
+    file = tokenizer_file(path)
     folder = path if path.is_dir() else None
-    file = path / "tokenizer.json" if folder is not None else path
-    if not file.is_file():
-        raise _fail(
-            path,
-            "the directory holds no tokenizer.json",
-            "save the tokenizer with save_pretrained() (a fast tokenizer) or point to its file",
-        )
     raw = file.read_bytes()
     _read_json(file, path)  # a clear message for a file that is not JSON at all
     config: dict[str, Any] = {}
