@@ -516,3 +516,28 @@ def test_bad_inputs_and_paths(data_dir: Path, prepared_dir: Path, tmp_path: Path
         _invoke("stats", str(tmp_path / "*.parquet"), "--length-column", "n", "--max-seq-len", "8")
     )
     assert "matches no files" in line
+
+
+def test_stats_reads_json_lines_as_it_reads_the_same_rows_as_parquet(tmp_path: Path) -> None:
+    # The sweep of a JSON Lines file equals the sweep of its rows written as parquet; a bad
+    # value is one line naming the file, the line and the column.
+    lengths = [5, 9, 9, 30, 2, 17, 64, 1, 33]
+    pq.write_table(pa.table({"n": pa.array(lengths, pa.int64())}), tmp_path / "rows.parquet")
+    jsonl = tmp_path / "rows.jsonl"
+    jsonl.write_text("".join(json.dumps({"n": n, "x": "a"}) + "\n" for n in lengths))
+    reports = []
+    for path in (tmp_path / "rows.parquet", jsonl):
+        args = ["stats", str(path), "--length-column", "n", "--max-seq-len", "32,64", "--json"]
+        result = CliRunner().invoke(app, args)
+        assert result.exit_code == 0, result.output
+        report = json.loads(result.stdout)
+        report.pop("inputs")
+        reports.append(report)
+    assert reports[0] == reports[1]
+    jsonl.write_text('{"n": 3}\n{"n": 4.5}\n')
+    args = ["stats", str(jsonl), "--length-column", "n", "--max-seq-len", "32"]
+    result = CliRunner().invoke(app, args)
+    assert result.exit_code == 1
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and "Traceback" not in result.stderr
+    assert "rows.jsonl" in lines[0] and "'n' (--length-column)" in lines[0], lines[0]

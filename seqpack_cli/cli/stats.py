@@ -178,8 +178,9 @@ def stats(
         list[str],
         typer.Argument(
             metavar="PREPARED_DIR | INPUT...",
-            help="A prepared directory (it has a manifest.json) to describe, or parquet files, "
-            "globs or directories to analyse with --length-column and --max-seq-len.",
+            help="A prepared directory (it has a manifest.json) to describe, or parquet or JSON "
+            "Lines files, globs or directories to analyse with --length-column and "
+            "--max-seq-len.",
             show_default=False,
         ),
     ],
@@ -198,7 +199,8 @@ def stats(
         str | None,
         typer.Option(
             "--length-column",
-            help="Parquet column holding each sequence's length in tokens (parquet inputs).",
+            help="Column holding each sequence's length in tokens, or its token ids (a list "
+            "column: the length is the number of elements); for file inputs.",
             show_default=False,
         ),
     ] = None,
