@@ -132,15 +132,20 @@ def _fail(path: Path, problem: str, fix: str) -> ConfigError:
     return ConfigError(f"{option('tokenizer')} {path}: {problem}; {fix}")
 
 
-def _read_json(path: Path, tokenizer_path: Path) -> Any:
+def _read_json(path: Path, tokenizer_path: Path, raw: bytes | None = None) -> Any:
+    """`path`'s JSON (from `raw`, its bytes, when read already); `ConfigError` naming the file."""
     try:
-        return json.loads(path.read_text(encoding="utf-8"))
+        return json.loads((path.read_bytes() if raw is None else raw).decode("utf-8"))
     except (OSError, UnicodeDecodeError, json.JSONDecodeError) as error:
-        raise _fail(
-            tokenizer_path,
-            f"{path.name} is not readable JSON ({error})",
-            "give a Hugging Face tokenizer directory or its tokenizer.json",
-        ) from None
+        raise _not_json(path, tokenizer_path, error) from None
+
+
+def _not_json(path: Path, tokenizer_path: Path, error: Exception) -> ConfigError:
+    return _fail(
+        tokenizer_path,
+        f"{path.name} is not readable JSON ({error})",
+        "give a Hugging Face tokenizer directory or its tokenizer.json",
+    )
 
 
 def _token_text(value: Any) -> str | None:
@@ -258,7 +263,10 @@ def load_tokenizer(path: str | Path) -> TokenizerSpec:
     file = tokenizer_file(path)
     folder = path if path.is_dir() else None
     raw = file.read_bytes()
-    _read_json(file, path)  # a clear message for a file that is not JSON at all
+    try:
+        file_text = raw.decode("utf-8")
+    except UnicodeDecodeError as error:
+        raise _not_json(file, path, error) from None
     config: dict[str, Any] = {}
     if folder is not None and (folder / "tokenizer_config.json").is_file():
         loaded = _read_json(folder / "tokenizer_config.json", path)
@@ -270,10 +278,11 @@ def load_tokenizer(path: str | Path) -> TokenizerSpec:
     tokenizer_class = tokenizer_class if isinstance(tokenizer_class, str) else None
     rebuilt = None
     if folder is not None and tokenizer_class not in _GENERIC_CLASSES:
+        _read_json(file, path, raw)  # a file that is not JSON: one error, not transformers' warning
         rebuilt = _rebuilt_by_transformers(folder, str(tokenizer_class))
     spec = TokenizerSpec(
         path=file,
-        tokenizer_json=rebuilt or raw.decode("utf-8"),
+        tokenizer_json=rebuilt or file_text,
         sha256=hashlib.sha256(raw).hexdigest(),
         special_tokens=special,
         chat_template=_template(config, folder, path),
@@ -285,6 +294,9 @@ def load_tokenizer(path: str | Path) -> TokenizerSpec:
     except MissingDependencyError:
         raise
     except Exception as error:  # tokenizers raises its own Exception for a bad model
+        # Parsed here only, not on every load (~75 ms for a 10 MB file): a file that is
+        # not JSON at all is named as such.
+        _read_json(file, path, raw)
         raise _fail(
             path,
             f"tokenizer.json is not a tokenizer ({error})",
