@@ -190,3 +190,18 @@ def test_without_transformers_a_model_class_falls_back_to_the_file(folder: Path)
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "False"
     assert "Qwen2Tokenizer is rebuilt by transformers 5, which is not installed" in out.stderr
+
+
+def test_a_file_that_is_not_json_is_named_whatever_the_class(
+    folder: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    # tokenizer.json is parsed only where an error needs wording: not UTF-8, not JSON under a
+    # model's tokenizer_class (named before transformers would only log a warning about it).
+    (folder / "tokenizer.json").write_bytes(b"\xff\xfe{")
+    with pytest.raises(ConfigError, match=r"tokenizer\.json is not readable JSON \('utf-8'"):
+        load_tokenizer(folder)
+    _config(folder, tokenizer_class="Qwen2Tokenizer")
+    (folder / "tokenizer.json").write_text("{not json")
+    with pytest.raises(ConfigError, match=r"tokenizer\.json is not readable JSON"):
+        load_tokenizer(folder)
+    assert not [record for record in caplog.records if record.levelname == "WARNING"]
