@@ -21,6 +21,7 @@ __all__ = [
     "MissingDependencyError",
     "PreparedFormatError",
     "SeqpackError",
+    "first_line",
     "option",
 ]
 
@@ -32,6 +33,13 @@ def option(name: str, *, python: str | None = None) -> str:
     """An option named inside an error message: `--kebab-case` on the command line, `name` (or
     `python`, e.g. "overwrite=True") in Python."""
     return f"{_MARK}{name}{_MARK}{python or name}{_MARK}"
+
+
+def first_line(error: BaseException) -> str:
+    """Another exception's text quoted inside a one-line message: its first line, or its type's
+    name when it has no text."""
+    text = str(error).strip()
+    return text.splitlines()[0] if text else type(error).__name__
 
 
 class SeqpackError(Exception):

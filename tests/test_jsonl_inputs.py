@@ -329,3 +329,26 @@ def test_staging_types_are_the_types_the_footers_bind(tmp_path: Path, element: p
         [file] = inspect_inputs([path], column)
         [(_, bound)] = file.column_types
         assert arrow_type(bound) == expected
+
+
+def test_a_reader_error_without_text_is_still_one_line(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # pyarrow or the OS may raise with no message: the error names its type, never an IndexError.
+    path = tmp_path / "a.parquet"
+    pq.write_table(pa.table({"n": [1, 2]}), path)
+    monkeypatch.setattr(pq, "read_metadata", _raise(pa.ArrowInvalid("")))
+    with pytest.raises(
+        InputError, match=r"a\.parquet is not a readable parquet file \(ArrowInvalid\)"
+    ):
+        describe_input(path)
+    monkeypatch.setattr(pq, "ParquetFile", _raise(OSError()))
+    with pytest.raises(InputError, match=r"cannot read .*a\.parquet as parquet \(OSError\)"):
+        list(read_batches(path, ["n"], batch_rows=2))
+
+
+def _raise(error: BaseException) -> Any:
+    def raising(*args: Any, **kwargs: Any) -> Any:
+        raise error
+
+    return raising

@@ -36,7 +36,7 @@ from typing import Any, Protocol
 
 import duckdb
 
-from seqpack_cli.errors import ConfigError, InputError, SeqpackError, option
+from seqpack_cli.errors import ConfigError, InputError, SeqpackError, first_line, option
 from seqpack_cli.interrupts import signals_held
 from seqpack_cli.prepare.inputs import GLOB_CHARS
 from seqpack_cli.prepare.jsonl_staging import original_names, staged_parquet
@@ -52,7 +52,6 @@ __all__ = [
     "connect",
     "duckdb_path",
     "fetch_with_progress",
-    "first_line",
     "load_sql",
     "one_row",
     "read_error",
@@ -74,10 +73,6 @@ def load_sql(name: str) -> str:
     # An editable install maps only the package directory; the SQL then sits next to it.
     checkout = Path(__file__).resolve().parents[2] / "sql" / f"{name}.sql"
     return checkout.read_text(encoding="utf-8")
-
-
-def first_line(error: BaseException) -> str:
-    return str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
 
 
 # ---- how DuckDB is handed the inputs ----------------------------------------------------------

@@ -34,7 +34,7 @@ import pyarrow as pa
 import pyarrow.json as pj
 import pyarrow.parquet as pq
 
-from seqpack_cli.errors import InputError
+from seqpack_cli.errors import InputError, first_line
 from seqpack_cli.prepare.inputs import JSONL_SUFFIXES
 
 __all__ = [
@@ -91,10 +91,9 @@ def _not_jsonl(path: Path, error: BaseException) -> InputError:
     fault = jsonl_fault(path)
     if fault is not None:
         return fault.error(path)
-    reason = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
     return InputError(
-        f"input file {path} is not readable as JSON Lines ({reason}); JSON Lines inputs hold one "
-        "JSON object per line: fix the file or leave it out"
+        f"input file {path} is not readable as JSON Lines ({first_line(error)}); JSON Lines "
+        "inputs hold one JSON object per line: fix the file or leave it out"
     )
 
 
@@ -186,7 +185,7 @@ def describe_input(path: Path) -> InputDescription:
         schema = metadata.schema.to_arrow_schema()
     except (pa.ArrowException, OSError) as error:
         raise InputError(
-            f"input file {path} is not a readable parquet file ({str(error).splitlines()[0]}); "
+            f"input file {path} is not a readable parquet file ({first_line(error)}); "
             "leave it out of the inputs or rewrite it as parquet"
         ) from None
     return InputDescription(path, "parquet", num_bytes, metadata.num_rows, schema)
@@ -248,8 +247,7 @@ def _parquet_batches(
             yield from parquet.iter_batches(batch_size=batch_rows, columns=list(columns))
     except (pa.ArrowException, OSError) as error:
         raise InputError(
-            f"cannot read {path} as parquet ({str(error).splitlines()[0]}); is it a complete "
-            "parquet file?"
+            f"cannot read {path} as parquet ({first_line(error)}); is it a complete parquet file?"
         ) from None
 
 

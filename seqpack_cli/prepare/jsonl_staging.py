@@ -32,7 +32,7 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from seqpack_cli.errors import InputError, option
+from seqpack_cli.errors import InputError, first_line, option
 from seqpack_cli.prepare.footers import arrow_type
 from seqpack_cli.prepare.input_batches import input_kind, jsonl_fault, open_jsonl, value_fits
 
@@ -96,7 +96,7 @@ def _write_copy(path: Path, column_types: Sequence[tuple[str, str]], target: Pat
         if found is not None:
             raise found from None
         raise InputError(
-            f"input file {path} is not readable as JSON Lines ({str(error).splitlines()[0]}); "
+            f"input file {path} is not readable as JSON Lines ({first_line(error)}); "
             "fix the file or leave it out"
         ) from None
     except OSError as error:

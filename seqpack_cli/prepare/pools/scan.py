@@ -38,10 +38,10 @@ import duckdb
 import numpy as np
 import pyarrow.parquet as pq
 
-from seqpack_cli.errors import ConfigError, InputError, option
+from seqpack_cli.errors import ConfigError, InputError, first_line, option
 from seqpack_cli.npy_files import pwrite_at
 from seqpack_cli.over_cap import OverCap
-from seqpack_cli.prepare.db import first_line, load_sql, one_row, read_error, read_params
+from seqpack_cli.prepare.db import load_sql, one_row, read_error, read_params
 from seqpack_cli.prepare.footers import InputFile
 from seqpack_cli.prepare.jsonl_staging import staged_parquet
 from seqpack_cli.prepare.pools import id_map

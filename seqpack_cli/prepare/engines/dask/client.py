@@ -21,9 +21,8 @@ from pathlib import Path
 from typing import Any
 
 from seqpack_cli import __version__
-from seqpack_cli.errors import ConfigError, SeqpackError, option
+from seqpack_cli.errors import ConfigError, SeqpackError, first_line, option
 from seqpack_cli.prepare.config import PrepareConfig, engine_option
-from seqpack_cli.prepare.db import first_line
 from seqpack_cli.prepare.engines.dask.handshake import check_scheduler
 from seqpack_cli.prepare.engines.dask.tasks import worker_info
 from seqpack_cli.prepare.engines.dask.tuning import ClusterTuning

@@ -14,8 +14,7 @@ import asyncio
 import threading
 from typing import Any
 
-from seqpack_cli.errors import ConfigError, option
-from seqpack_cli.prepare.db import first_line
+from seqpack_cli.errors import ConfigError, first_line, option
 
 __all__ = ["check_scheduler"]
 
