@@ -140,6 +140,26 @@ def test_prompt_completion_masks_the_prompt(tmp_path: Path, tokenizer_dir: Path)
     assert all(0 < sum(m) < len(m) for m in masks)  # the prompt masked, the completion kept
 
 
+def test_prompt_completion_without_special_tokens(tmp_path: Path, tokenizer_dir: Path) -> None:
+    # --no-add-special-tokens was recorded in the manifest but ignored: <s> ... </s> were stored.
+    from tokenizers import Tokenizer
+
+    prompts, completions = ["the model", "a bin", "packs"], [" packs data", " is full", " it"]
+    inputs = _write(tmp_path / "in", {"prompt": prompts, "completion": completions}, files=1)
+    result = _prepare(inputs, tmp_path / "out", "--tokenizer", str(tokenizer_dir),
+                      "--prompt-column", "prompt", "--completion-column", "completion",
+                      "--no-add-special-tokens")  # fmt: skip
+    assert result.exit_code == 0, result.output
+    prepared = load_prepared(tmp_path / "out")
+    assert prepared.tokenizer is not None and prepared.tokenizer["add_special_tokens"] is False
+    tokenizer = Tokenizer.from_file(str(tokenizer_dir / "tokenizer.json"))
+    expected = [
+        tokenizer.encode(p + c, add_special_tokens=False).ids
+        for p, c in zip(prompts, completions, strict=True)
+    ]
+    assert _rows(prepared, "tokens") == expected  # ascending ids: the rows in order
+
+
 def test_the_same_as_the_tokens_prepared_from_parquet(
     tmp_path: Path, tokenizer_dir: Path, hf_tokenizer: Any
 ) -> None:

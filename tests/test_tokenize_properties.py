@@ -134,3 +134,23 @@ def test_arbitrary_chats_equal_transformers(folder: Path, spec: TokenizerSpec, c
     tokens, mask = encode_messages(spec, [chat]).row(0)
     assert tokens.tolist() == out["input_ids"]
     assert mask is not None and mask.tolist() == out["assistant_masks"]
+
+
+@SETTINGS
+@given(pairs=st.lists(st.tuples(texts, texts.filter(lambda t: t != "")), min_size=1, max_size=6))
+def test_prompt_completion_without_special_tokens_drops_only_them(
+    spec: TokenizerSpec, pairs
+) -> None:
+    # add_special_tokens=False used to be ignored (BOS/EOS added all the same).
+    prompts, completions = [p for p, _ in pairs], [c for _, c in pairs]
+    bare = encode_prompt_completion(spec, prompts, completions, add_special_tokens=False)
+    full = encode_prompt_completion(spec, prompts, completions)
+    _check_shape(bare, spec, len(pairs))
+    for index, (prompt, completion) in enumerate(pairs):
+        tokens, mask = bare.row(index)
+        with_specials, full_mask = full.row(index)
+        expected = spec.tokenizer.encode(prompt + completion, add_special_tokens=False).ids
+        assert tokens.tolist() == expected
+        assert with_specials.tolist()[1:-1] == expected  # the post-processor's <s> ... </s>
+        assert mask is not None and full_mask is not None
+        assert mask.tolist() == full_mask.tolist()[1:-1]  # the text's tokens masked alike

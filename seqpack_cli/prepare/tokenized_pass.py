@@ -88,6 +88,7 @@ class Tokenizing:
                 self.spec,
                 batch.column(options.prompt_column),
                 batch.column(options.completion_column),
+                add_special_tokens=options.add_special_tokens,
                 prompt_column=options.prompt_column,
                 completion_column=options.completion_column,
                 first_row=first_row,

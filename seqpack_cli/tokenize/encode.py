@@ -282,6 +282,7 @@ def encode_prompt_completion(
     prompts: Any,
     completions: Any,
     *,
+    add_special_tokens: bool = True,
     prompt_column: str = "prompt",
     completion_column: str = "completion",
     first_row: int = 0,
@@ -289,9 +290,10 @@ def encode_prompt_completion(
     """Prompt/completion pairs (TRL's convention): the tokens of `prompt + completion`, the mask
     keeping the completion.
 
-    The pair is one text, `prompt + completion`, tokenized with the tokenizer's special tokens:
-    the post-processor's leading tokens (BOS) come first and are masked 0, its trailing tokens
-    (EOS) come last and are kept (1: the model learns to stop). Between them, a token is a
+    The pair is one text, `prompt + completion`, tokenized with the tokenizer's special tokens
+    (unless `add_special_tokens=False`): the post-processor's leading tokens (BOS) come first
+    and are masked 0, its trailing tokens (EOS) come last and are kept (1: the model learns to
+    stop). Between them, a token is a
     completion token (1) when its characters reach past the prompt's end; so when the prompt
     tokenized alone is a prefix of the pair's text tokens (the usual case), exactly those
     prompt tokens are 0. A token merged across the boundary counts as the completion's.
@@ -300,6 +302,7 @@ def encode_prompt_completion(
         spec: the tokenizer.
         prompts: the prompt rows, strings.
         completions: the completion rows, strings, as many.
+        add_special_tokens: let the tokenizer's post-processor add its BOS/EOS (True), or not.
         prompt_column: the prompts' column, for messages.
         completion_column: the completions' column, for messages.
         first_row: the index of the batch's first row, for messages.
@@ -318,7 +321,7 @@ def encode_prompt_completion(
             "give both columns of the same rows"
         )
     texts = [p + c for p, c in zip(prompt_texts, completion_texts, strict=True)]
-    encodings = spec.tokenizer.encode_batch(texts, add_special_tokens=True)
+    encodings = spec.tokenizer.encode_batch(texts, add_special_tokens=add_special_tokens)
     ids, masks = [], []
     for index, (encoding, prompt) in enumerate(zip(encodings, prompt_texts, strict=True)):
         # sequence_ids: None for the post-processor's tokens, 0 for the text's.
