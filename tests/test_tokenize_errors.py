@@ -121,6 +121,15 @@ def test_a_template_that_raises(spec: TokenizerSpec, tmp_path: Path) -> None:
     )
 
 
+def test_a_template_error_of_several_lines_is_quoted_by_its_first(
+    spec: TokenizerSpec, tmp_path: Path
+) -> None:
+    # The exception's whole text used to be pasted in: a two-line message from the CLI.
+    strict = _with_template(spec, tmp_path, "{{ raise_exception('no tools here\\nsee the docs') }}")
+    error = _raises(lambda: encode_messages(strict, [GOOD]), "failed: no tools here; fix the row")
+    assert "see the docs" not in str(error)
+
+
 def test_a_template_that_does_not_compile_is_one_config_line(
     spec: TokenizerSpec, tmp_path: Path
 ) -> None:

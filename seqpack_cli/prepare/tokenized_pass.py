@@ -19,7 +19,7 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
-from seqpack_cli.errors import InputError, option
+from seqpack_cli.errors import InputError, first_line, option
 from seqpack_cli.prepare.config import PrepareConfig
 from seqpack_cli.prepare.input_batches import input_kind, line_of_row, read_batches
 from seqpack_cli.prepare.one_pass import OnePass, aborted_on_error, close_store, write_error
@@ -150,9 +150,7 @@ def _file_batches(
     except InputError as error:
         raise _located(file, error) from None
     except (OSError, pa.ArrowException) as error:
-        raise InputError(
-            f"cannot read {file.path} ({str(error).splitlines()[0]}); check the file"
-        ) from None
+        raise InputError(f"cannot read {file.path} ({first_line(error)}); check the file") from None
 
 
 def read_tokenized(

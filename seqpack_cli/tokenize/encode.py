@@ -16,7 +16,7 @@ from typing import Any, Literal
 
 import numpy as np
 
-from seqpack_cli.errors import ConfigError, option
+from seqpack_cli.errors import ConfigError, first_line, option
 from seqpack_cli.tokenize.chat import CompiledTemplate
 from seqpack_cli.tokenize.encoded import Encoded, concatenate, join, spans_mask
 from seqpack_cli.tokenize.loading import TokenizerSpec
@@ -105,7 +105,7 @@ def chat_template(spec: TokenizerSpec, column: str = "messages") -> CompiledTemp
     except jinja2.TemplateSyntaxError as error:
         raise ConfigError(
             f"{option('tokenizer')} {folder}: its chat template does not compile (line "
-            f"{error.lineno}: {error.message}), so {option('messages_column')} {column} cannot "
+            f"{error.lineno}: {first_line(error)}), so {option('messages_column')} {column} cannot "
             "be rendered; fix the template in tokenizer_config.json or chat_template.jinja"
         ) from None
 
@@ -140,7 +140,8 @@ def _render(
             raise
         except Exception as error:  # the template's raise_exception, or a Jinja error
             raise TokenizeError(
-                first_row + index, f"the chat template failed: {error}; fix the row or template"
+                first_row + index,
+                f"the chat template failed: {first_line(error)}; fix the row or template",
             ) from None
         chats.append(chat)
         all_spans.append(spans)

@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from seqpack_cli.errors import ConfigError, MissingDependencyError, option
+from seqpack_cli.errors import ConfigError, MissingDependencyError, first_line, option
 from seqpack_cli.tokenize.optional import import_tokenizers
 
 __all__ = ["SPECIAL_TOKEN_NAMES", "TokenizerSpec", "load_tokenizer", "tokenizer_file"]
@@ -143,7 +143,7 @@ def _read_json(path: Path, tokenizer_path: Path, raw: bytes | None = None) -> An
 def _not_json(path: Path, tokenizer_path: Path, error: Exception) -> ConfigError:
     return _fail(
         tokenizer_path,
-        f"{path.name} is not readable JSON ({error})",
+        f"{path.name} is not readable JSON ({first_line(error)})",
         "give a Hugging Face tokenizer directory or its tokenizer.json",
     )
 
@@ -299,7 +299,7 @@ def load_tokenizer(path: str | Path) -> TokenizerSpec:
         _read_json(file, path, raw)
         raise _fail(
             path,
-            f"tokenizer.json is not a tokenizer ({error})",
+            f"tokenizer.json is not a tokenizer ({first_line(error)})",
             "re-save it with the tokenizers library",
         ) from None
     return spec
