@@ -28,7 +28,7 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from seqpack_cli.errors import InputError
+from seqpack_cli.errors import InputError, first_line
 from seqpack_cli.prepare.input_batches import input_kind
 
 __all__ = ["RemoteCopy", "fetch_all", "fetch_object", "plan_copies"]
@@ -113,7 +113,7 @@ def fetch_object(file: Any, columns: Sequence[str], path: Path, options: Mapping
     except (OSError, pa.ArrowException) as error:
         if isinstance(error, pa.ArrowInvalid) and "Parquet" in str(error):
             raise InputError(
-                f"{file.url} is not a readable parquet file ({str(error).splitlines()[0]}); "
+                f"{file.url} is not a readable parquet file ({first_line(error)}); "
                 "leave it out of the inputs or rewrite it as parquet"
             ) from None
         settings = settings_for(parse_url(file.url).scheme, options)

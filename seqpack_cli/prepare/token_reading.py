@@ -22,7 +22,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from seqpack_cli.errors import InputError, option
+from seqpack_cli.errors import InputError, first_line, option
 from seqpack_cli.prepare.input_batches import input_kind
 from seqpack_cli.prepare.store_files import append_values, store_header
 from seqpack_cli.token_sources import OFFSETS_NAME, TOKENS_NAME
@@ -159,7 +159,7 @@ def inspect_token_input(
             schema, metadata = parquet.schema_arrow, parquet.metadata
     except (OSError, pa.ArrowException) as error:
         raise InputError(
-            f"cannot read {path} as parquet ({str(error).splitlines()[0]}); pass parquet files"
+            f"cannot read {path} as parquet ({first_line(error)}); pass parquet files"
         ) from None
     for role, name in ((rule.what, column), ("id", id_column)):
         if name is None:
@@ -230,8 +230,7 @@ def _batches(file: TokenInput, columns: list[str]) -> Iterator[pa.RecordBatch]:
         yield from file_batches(file, columns)
     except (OSError, pa.ArrowException) as error:
         raise InputError(
-            f"cannot read {file.path} ({str(error).splitlines()[0]}); is it a complete parquet "
-            "file?"
+            f"cannot read {file.path} ({first_line(error)}); is it a complete parquet file?"
         ) from None
 
 
