@@ -223,18 +223,19 @@ class OverCap:
         np.add.at(merged, where, np.concatenate(parts_counts))
         return unique, merged
 
-    def check(self, histogram: Mapping[int, int], length_column: str) -> None:
+    def check(
+        self, histogram: Mapping[int, int], length_column: str, *, source: str | None = None
+    ) -> None:
         """Raise the one `InputError` for `histogram` under this policy: error with sequences
-        over `max_seq_len`, or nothing left to pack (drop of every sequence)."""
+        over `max_seq_len`, or nothing left to pack (drop of every sequence). `source` names
+        where the lengths come from (default: the length column)."""
         cap = self.max_seq_len
         over = {length: count for length, count in histogram.items() if length > cap}
         num_over = sum(over.values())
         if num_over and self.policy == "error":
             longest = max(over)
-            what = (
-                f"{num_over} sequences in length column {length_column!r} are longer than "
-                f"{option('max_seq_len')} {cap}"
-            )
+            where = source or f"length column {length_column!r}"
+            what = f"{num_over} sequences in {where} are longer than {option('max_seq_len')} {cap}"
             drop = (
                 f"pass {over_cap_option('drop')} to drop them or "
                 f"{over_cap_option('truncate')} to keep their first {cap} tokens"

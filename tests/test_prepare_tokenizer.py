@@ -213,6 +213,21 @@ def test_over_cap_applies_to_the_token_counts(tmp_path: Path, tokenizer_dir: Pat
     assert sum(prepared.counts.values()) == 3
 
 
+def test_sequences_over_the_cap_are_named_by_the_tokenized_column(
+    tmp_path: Path, tokenizer_dir: Path
+) -> None:
+    # It used to say "in length column 'input_ids'": the store's name, no column of the input.
+    inputs = _write(tmp_path / "in", {"body": ["packing " * 40, "a"]}, files=1)
+    result = _prepare(inputs, tmp_path / "out", "--tokenizer", str(tokenizer_dir),
+                      "--text-column", "body", max_seq_len=16)  # fmt: skip
+    _fails(result, tmp_path / "out", "1 sequences in --text-column 'body' (tokenized) are longer")
+    assert "input_ids" not in result.stderr
+    pairs = _write(tmp_path / "pairs", {"p": ["packing " * 40], "c": [" a"]}, files=1)
+    result = _prepare(pairs, tmp_path / "out", "--tokenizer", str(tokenizer_dir), "--prompt-column",
+                      "p", "--completion-column", "c", max_seq_len=16)  # fmt: skip
+    _fails(result, tmp_path / "out", "--prompt-column 'p' and --completion-column 'c' (tokenized)")
+
+
 def test_the_manifest_records_the_tokenizer_and_refuses_another(
     tmp_path: Path, tokenizer_dir: Path
 ) -> None:

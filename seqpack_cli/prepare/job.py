@@ -70,7 +70,8 @@ def _apply_over_cap(
     """The lengths to pack under `config.over_cap`, and the summary's counts of it (the rules
     are `OverCap`'s: refused in one message, kept, cut, split or dropped)."""
     over_cap = config.over_cap_rule
-    over_cap.check(histogram, config.length_column)
+    source = None if config.tokenize is None else config.tokenize.source
+    over_cap.check(histogram, config.length_column, source=source)
     return over_cap.kept_histogram(histogram), over_cap.summary(histogram)
 
 

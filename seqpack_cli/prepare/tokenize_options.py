@@ -136,6 +136,22 @@ class TokenizeOptions:
         return [name for name in named if name is not None]
 
     @property
+    def source(self) -> str:
+        """The tokenized columns as messages name them (the store's `input_ids` is no input
+        column), e.g. "--text-column 'text' (tokenized)"."""
+        named = [
+            f"{option(name)} {value!r}"
+            for name, value in (
+                ("text_column", self.text_column),
+                ("messages_column", self.messages_column),
+                ("prompt_column", self.prompt_column),
+                ("completion_column", self.completion_column),
+            )
+            if value is not None
+        ]
+        return " and ".join(named) + " (tokenized)"
+
+    @property
     def masked(self) -> bool:
         """Whether a loss mask is stored: not for plain text, nor with `train_on="all"`."""
         return self.kind != "text" and self.train_on == "assistant"
