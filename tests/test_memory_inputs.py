@@ -237,3 +237,12 @@ def test_the_dask_engine_reads_the_tables_copies(
                                   engine="dask", scheduler=dask_cluster.scheduler_address,
                                   cluster_tuning=small, **options))  # fmt: skip
     assert _files(tmp_path / "a") == _files(tmp_path / "b")
+
+
+def test_a_missing_column_names_its_option_in_the_fix(tmp_path: Path) -> None:
+    """A table is checked before the job's own column checks: the message still says which
+    option named the column, as those checks do for files."""
+    with pytest.raises(InputError) as error:
+        _prepare(polars.DataFrame({"m": [1]}), tmp_path / "o")
+    assert "column 'n' is not in <memory:0 polars.DataFrame>" in str(error.value)
+    assert str(error.value).endswith("pass one of them as length_column")

@@ -204,14 +204,26 @@ class PrepareConfig:
         return OverCap(str(self.over_cap), self.max_seq_len)
 
     @property
-    def input_columns(self) -> list[str]:
-        """The input columns the job reads: the length column (or the tokenizer's text
-        columns), the id column and the token store's, each once."""
+    def input_columns(self) -> dict[str, str]:
+        """The input columns the job reads, each once, with the option that names it: the
+        length column (or the tokenizer's text columns), the id column and the token store's."""
         if self.tokenize is not None:
-            named = [*self.tokenize.columns, self.id_column]
+            tokenize = self.tokenize
+            named = [
+                (tokenize.text_column, "text_column"),
+                (tokenize.messages_column, "messages_column"),
+                (tokenize.prompt_column, "prompt_column"),
+                (tokenize.completion_column, "completion_column"),
+                (self.id_column, "id_column"),
+            ]
         else:
-            named = [self.length_column, self.id_column, *self.store_columns.values()]
-        return list(dict.fromkeys(name for name in named if name is not None))
+            named = [(self.length_column, "length_column"), (self.id_column, "id_column")]
+            named += [(column, f"{role}_column") for role, column in self.store_columns.items()]
+        columns: dict[str, str] = {}
+        for column, option_name in named:
+            if column is not None:
+                columns.setdefault(column, option_name)
+        return columns
 
     @property
     def store_columns(self) -> dict[str, str]:

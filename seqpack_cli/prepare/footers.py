@@ -23,7 +23,12 @@ from pathlib import Path
 import pyarrow as pa
 
 from seqpack_cli.errors import InputError, option
-from seqpack_cli.prepare.input_batches import InputKind, describe_input, input_kind
+from seqpack_cli.prepare.input_batches import (
+    InputKind,
+    describe_input,
+    input_kind,
+    missing_column_error,
+)
 from seqpack_cli.prepare.inputs import not_regular
 from seqpack_cli.prepare.text_inputs import is_text
 
@@ -111,12 +116,7 @@ def _check_column(
     read."""
     flag = option(f"{role}_column")
     if column not in types:
-        variants = [name for name in names if _ascii_lower(name) == _ascii_lower(column)]
-        hint = f" (names are matched exactly: did you mean {variants[0]!r}?)" if variants else ""
-        raise InputError(
-            f"{role} column {column!r} ({flag}) is not in {path}; its columns are: "
-            f"{', '.join(names)}; pass one of them as {flag}{hint}"
-        )
+        raise missing_column_error(column, path, names, option_name=f"{role}_column", role=role)
     same = [name for name in names if _ascii_lower(name) == _ascii_lower(column)]
     if len(same) > 1:
         shown = " and ".join(repr(name) for name in same)

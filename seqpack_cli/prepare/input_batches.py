@@ -24,7 +24,7 @@ import gzip
 import json
 import os
 import zlib
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -34,18 +34,21 @@ import pyarrow as pa
 import pyarrow.json as pj
 import pyarrow.parquet as pq
 
-from seqpack_cli.errors import InputError, first_line
+from seqpack_cli.errors import InputError, first_line, option
 from seqpack_cli.prepare.inputs import JSONL_SUFFIXES
 
 __all__ = [
+    "ColumnOptions",
     "InputDescription",
     "InputKind",
     "JsonlFault",
+    "check_columns",
     "describe_input",
     "input_kind",
     "jsonl_fault",
     "jsonl_schema",
     "line_of_row",
+    "missing_column_error",
     "open_jsonl",
     "read_batches",
     "value_fits",
@@ -191,13 +194,47 @@ def describe_input(path: Path) -> InputDescription:
     return InputDescription(path, "parquet", num_bytes, metadata.num_rows, schema)
 
 
-def _missing(path: Path, names: Sequence[str], columns: Sequence[str]) -> None:
-    absent = [column for column in columns if column not in names]
-    if absent:
-        raise InputError(
-            f"column {absent[0]!r} is not in {path}; its columns are: {', '.join(names[:20])}; "
-            "name one of them"
-        )
+ColumnOptions = Mapping[str, "str | None"]
+"""The input columns a job reads, each with the option that names it (`"length_column"`, ...;
+None where the caller's own argument names it): what a missing column's message points to."""
+
+_NAMES_SHOWN = 20
+
+
+def missing_column_error(
+    column: str,
+    where: object,
+    names: Sequence[str],
+    *,
+    option_name: str | None = None,
+    role: str | None = None,
+    option_in_fix_only: bool = False,
+) -> InputError:
+    """The one wording of a column that is not in an input: the column (its `role`, "length",
+    "token", ..., and the option naming it, beside it or, with `option_in_fix_only`, in the fix
+    alone), where it was looked for, the columns there (the first 20), and the fix."""
+    label = "column" if role is None else f"{role} column"
+    beside = option_name is not None and not option_in_fix_only
+    flag = f" ({option(option_name)})" if beside and option_name else ""
+    shown = ", ".join(names[:_NAMES_SHOWN]) + (", ..." if len(names) > _NAMES_SHOWN else "")
+    fix = (
+        "name one of them" if option_name is None else f"pass one of them as {option(option_name)}"
+    )
+    variants = [name for name in names if name.lower() == column.lower()]
+    hint = f" (names are matched exactly: did you mean {variants[0]!r}?)" if variants else ""
+    return InputError(
+        f"{label} {column!r}{flag} is not in {where}; its columns are: {shown}; {fix}{hint}"
+    )
+
+
+def check_columns(where: object, names: Sequence[str], columns: ColumnOptions) -> None:
+    """`missing_column_error` for the first of `columns` not among `names` (`where`: a file, a
+    table's or an object's name), its option named in the fix."""
+    for column, option_name in columns.items():
+        if column not in names:
+            raise missing_column_error(
+                column, where, names, option_name=option_name, option_in_fix_only=True
+            )
 
 
 def _rebatched(batches: Iterator[pa.RecordBatch], batch_rows: int) -> Iterator[pa.RecordBatch]:
@@ -219,7 +256,7 @@ def _rebatched(batches: Iterator[pa.RecordBatch], batch_rows: int) -> Iterator[p
 
 def _jsonl_batches(path: Path, columns: Sequence[str]) -> Iterator[pa.RecordBatch]:
     schema = jsonl_schema(path)
-    _missing(path, schema.names, columns)
+    check_columns(path, schema.names, dict.fromkeys(columns))
     wanted = pa.schema([schema.field(column) for column in columns])
     try:
         with open_jsonl(path, wanted) as reader:
@@ -243,7 +280,7 @@ def _parquet_batches(
 ) -> Iterator[pa.RecordBatch]:
     try:
         with open(path, "rb") as handle, pq.ParquetFile(handle) as parquet:
-            _missing(path, parquet.schema_arrow.names, columns)
+            check_columns(path, parquet.schema_arrow.names, dict.fromkeys(columns))
             yield from parquet.iter_batches(batch_size=batch_rows, columns=list(columns))
     except (pa.ArrowException, OSError) as error:
         raise InputError(

@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from seqpack_cli.errors import ConfigError, InputError
+from seqpack_cli.prepare.input_batches import ColumnOptions, check_columns
 
 if TYPE_CHECKING:  # pyarrow is imported once a table is staged: `load_prepared` stays light
     import pyarrow as pa
@@ -101,12 +102,13 @@ def _stage_one(value: Any, kind: str, columns: list[str], path: Path) -> None:
     pq.write_table(_arrow_table(value, kind, columns), path, row_group_size=_ROW_GROUP_ROWS)
 
 
-def stage_tables(tables: Sequence[object], columns: Sequence[str], folder: Path) -> dict[Path, str]:
+def stage_tables(tables: Sequence[object], columns: ColumnOptions, folder: Path) -> dict[Path, str]:
     """Write `columns` of each table as `folder/{index}.parquet`, in order.
 
     Args:
         tables: the in-memory inputs (`is_table` true of each).
-        columns: the columns the job reads (each must be in every table).
+        columns: the columns the job reads, each with the option naming it (each must be in
+            every table).
         folder: where the copies go (created; the job's work directory).
 
     Returns:
@@ -123,12 +125,7 @@ def stage_tables(tables: Sequence[object], columns: Sequence[str], folder: Path)
         assert kind is not None
         name = memory_name(index, value)
         present = _columns_of(value, kind)
-        missing = [column for column in wanted if column not in present]
-        if missing:
-            raise InputError(
-                f"column {missing[0]!r} is not in {name}; its columns are: "
-                f"{', '.join(present[:20])}; name one of them"
-            )
+        check_columns(name, present, columns)
         path = folder / f"{index:05d}.parquet"
         _stage_one(value, kind, wanted, path)
         staged[path] = name

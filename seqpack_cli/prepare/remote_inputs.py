@@ -29,7 +29,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from seqpack_cli.errors import InputError, first_line
-from seqpack_cli.prepare.input_batches import input_kind
+from seqpack_cli.prepare.input_batches import ColumnOptions, check_columns, input_kind
 
 __all__ = ["RemoteCopy", "fetch_all", "fetch_object", "plan_copies"]
 
@@ -63,7 +63,7 @@ def _suffix(url: str) -> str:
 
 
 def _copy_columns(
-    file: Any, columns: Sequence[str], path: Path, options: Mapping[str, str]
+    file: Any, columns: ColumnOptions, path: Path, options: Mapping[str, str]
 ) -> None:
     """The object's `columns`, row group by row group, into a local parquet file."""
     from seqpack_cli.remote import open_input
@@ -71,12 +71,7 @@ def _copy_columns(
     with open_input(file, options) as handle:
         parquet = pq.ParquetFile(handle)
         names = parquet.schema_arrow.names
-        missing = [column for column in columns if column not in names]
-        if missing:
-            raise InputError(
-                f"column {missing[0]!r} is not in {file.url}; its columns are: "
-                f"{', '.join(names[:20])}; name one of them"
-            )
+        check_columns(file.url, names, columns)
         schema = pa.schema([parquet.schema_arrow.field(column) for column in columns])
         with pq.ParquetWriter(path, schema) as writer:
             for group in range(parquet.num_row_groups):
@@ -90,7 +85,7 @@ def _copy_whole(file: Any, path: Path, options: Mapping[str, str]) -> None:
         shutil.copyfileobj(source, target, _COPY_BYTES)
 
 
-def fetch_object(file: Any, columns: Sequence[str], path: Path, options: Mapping[str, str]) -> None:
+def fetch_object(file: Any, columns: ColumnOptions, path: Path, options: Mapping[str, str]) -> None:
     """Copy what the job reads of one object to `path` (see the module docstring): the one
     kernel each engine runs, here in threads, on a cluster as a task per object.
 
@@ -146,7 +141,7 @@ def plan_copies(
 
 
 def fetch_all(
-    copies: Sequence[RemoteCopy], columns: Sequence[str], options: Mapping[str, str]
+    copies: Sequence[RemoteCopy], columns: ColumnOptions, options: Mapping[str, str]
 ) -> None:
     """`fetch_object` for every copy, `_DOWNLOADS` at a time in threads; the first failure in
     URL order is raised once the others have stopped (those not started never start)."""

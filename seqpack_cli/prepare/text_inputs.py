@@ -14,7 +14,7 @@ from pathlib import Path
 import pyarrow as pa
 
 from seqpack_cli.errors import InputError, option
-from seqpack_cli.prepare.input_batches import describe_input
+from seqpack_cli.prepare.input_batches import describe_input, missing_column_error
 from seqpack_cli.prepare.token_reading import TokenInput
 from seqpack_cli.prepare.tokenize_options import TokenizeOptions
 
@@ -44,10 +44,7 @@ def _is_messages(kind: pa.DataType) -> bool:
 
 def _check_column(path: Path, schema: pa.Schema, name: str, option_name: str) -> None:
     if name not in schema.names:
-        raise InputError(
-            f"column {name!r} ({option(option_name)}) is not in {path}; its columns are: "
-            f"{', '.join(schema.names[:20])}; pass one of them"
-        )
+        raise missing_column_error(name, path, schema.names, option_name=option_name)
     kind = schema.field(name).type
     if pa.types.is_null(kind):  # a JSON Lines key null in every line of the first block
         return

@@ -434,7 +434,7 @@ def write_token_source(
                 f"a writable {option('output')}"
             ) from None
         if tables:  # written into the temporary directory, removed before it is put in place
-            columns = [column, *([id_column] if id_column else [])]
+            columns = {column: None, **({id_column: "id_column"} if id_column else {})}
             staged = stage_tables(tables, columns, staging.path / _TABLES)
             files = _named_errors(
                 staged, inspect_token_inputs, list(staged), column, id_column, rule

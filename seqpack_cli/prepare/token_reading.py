@@ -23,7 +23,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from seqpack_cli.errors import InputError, first_line, option
-from seqpack_cli.prepare.input_batches import input_kind
+from seqpack_cli.prepare.input_batches import input_kind, missing_column_error
 from seqpack_cli.prepare.store_files import append_values, store_header
 from seqpack_cli.token_sources import OFFSETS_NAME, TOKENS_NAME
 
@@ -166,9 +166,12 @@ def inspect_token_input(
             continue
         flag = f" ({option('id_column')})" if role == "id" else ""
         if name not in schema.names:
-            raise InputError(
-                f"{role} column {name!r}{flag} is not in {path}; its columns are: "
-                f"{', '.join(schema.names[:20])}; pass one of them"
+            raise missing_column_error(
+                name,
+                path,
+                schema.names,
+                option_name="id_column" if role == "id" else None,
+                role=role,
             )
         kind = schema.field(name).type
         if role != "id":

@@ -29,6 +29,7 @@ if TYPE_CHECKING:
 
     from seqpack_cli.prepare.engines.protocol import StoreSection
     from seqpack_cli.prepare.footers import InputFile
+    from seqpack_cli.prepare.input_batches import ColumnOptions
     from seqpack_cli.prepare.one_pass import Fallback, OnePass
     from seqpack_cli.prepare.pools.scan import PoolScan
     from seqpack_cli.prepare.remote_inputs import RemoteCopy
@@ -83,7 +84,7 @@ class LocalEngine:
         return self._con
 
     def fetch(
-        self, copies: Sequence[RemoteCopy], columns: Sequence[str], options: Mapping[str, str]
+        self, copies: Sequence[RemoteCopy], columns: ColumnOptions, options: Mapping[str, str]
     ) -> None:
         from seqpack_cli.prepare.remote_inputs import fetch_all
 

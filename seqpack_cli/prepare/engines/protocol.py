@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Protocol, TypeAlias
 
 if TYPE_CHECKING:
     from seqpack_cli.prepare.footers import InputFile
+    from seqpack_cli.prepare.input_batches import ColumnOptions
     from seqpack_cli.prepare.pools.scan import PoolScan
     from seqpack_cli.prepare.remote_inputs import RemoteCopy
     from seqpack_cli.prepared import PreparedWriter
@@ -33,7 +34,7 @@ class Engine(Protocol):
     ) -> None: ...
 
     def fetch(
-        self, copies: Sequence[RemoteCopy], columns: Sequence[str], options: Mapping[str, str]
+        self, copies: Sequence[RemoteCopy], columns: ColumnOptions, options: Mapping[str, str]
     ) -> None:
         """Remote inputs: what the job reads of each object copied to its path in the work
         directory (`remote_inputs.fetch_object` per object), before `inspect` reads them."""

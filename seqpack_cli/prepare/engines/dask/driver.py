@@ -77,6 +77,7 @@ from seqpack_cli.progress import ProgressCallback
 if TYPE_CHECKING:
     from seqpack_cli.prepare.engines.dask.store_driver import StoreHooks
     from seqpack_cli.prepare.engines.protocol import StoreSection
+    from seqpack_cli.prepare.input_batches import ColumnOptions
     from seqpack_cli.prepare.remote_inputs import RemoteCopy
 
 __all__ = ["PAUSE_VARIABLE", "ClusterEngine"]
@@ -182,14 +183,14 @@ class ClusterEngine:
     # ---- the passes ------------------------------------------------------------------------
 
     def fetch(
-        self, copies: Sequence[RemoteCopy], columns: Sequence[str], options: Mapping[str, str]
+        self, copies: Sequence[RemoteCopy], columns: ColumnOptions, options: Mapping[str, str]
     ) -> None:
         """A task per remote object: the workers read the objects themselves and write the
         copies into the work directory (which they see as they see the output)."""
         from seqpack_cli.prepare.remote_inputs import fetch_object
 
         calls: list[Call] = [
-            (fetch_object, (copy.file, list(columns), copy.path, dict(options)), copy.file.size)
+            (fetch_object, (copy.file, dict(columns), copy.path, dict(options)), copy.file.size)
             for copy in copies
         ]
         self._run("fetch", calls)
