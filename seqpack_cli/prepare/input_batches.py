@@ -35,7 +35,7 @@ import pyarrow.json as pj
 import pyarrow.parquet as pq
 
 from seqpack_cli.errors import InputError, first_line, option
-from seqpack_cli.prepare.inputs import JSONL_SUFFIXES
+from seqpack_cli.input_names import JSONL_SUFFIXES
 
 __all__ = [
     "ColumnOptions",

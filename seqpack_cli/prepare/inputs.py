@@ -28,13 +28,12 @@ from collections.abc import Iterator, Sequence
 from pathlib import Path
 
 from seqpack_cli.errors import ConfigError, InputError, option
+from seqpack_cli.input_names import JSONL_SUFFIXES, PARQUET_SUFFIXES, SEARCHED_JSONL_SUFFIXES
 from seqpack_cli.prepared.format import FORMAT_NAME, MANIFEST_NAME
 from seqpack_cli.prepared.siblings import is_sibling_of
 
 __all__ = [
     "GLOB_CHARS",
-    "JSONL_SUFFIXES",
-    "PARQUET_SUFFIXES",
     "check_outside",
     "not_regular",
     "resolve_inputs",
@@ -42,14 +41,6 @@ __all__ = [
 
 logger = logging.getLogger(__name__)
 
-PARQUET_SUFFIXES = (".parquet", ".parq", ".pq")
-"""Extensions (any case) that make a file found in a directory or by a glob a parquet input."""
-
-JSONL_SUFFIXES = (".jsonl", ".jsonl.gz", ".json")
-"""Name endings (any case) that make a file a JSON Lines input (one JSON object per line)."""
-
-_SEARCHED_JSONL = (".jsonl", ".jsonl.gz")
-"""The JSON Lines endings taken when searching a directory or matching a glob (see above)."""
 
 GLOB_CHARS = "*?["
 """Characters that make an argument that does not exist a glob (DuckDB expands them too)."""
@@ -114,7 +105,7 @@ def _is_input_name(path: Path) -> bool:
     """Whether the name makes `path` found by a search an input: parquet, or JSON Lines by an
     extension no metadata file has (`_SEARCHED_JSONL`)."""
     name = path.name.lower()
-    return path.suffix.lower() in PARQUET_SUFFIXES or name.endswith(_SEARCHED_JSONL)
+    return path.suffix.lower() in PARQUET_SUFFIXES or name.endswith(SEARCHED_JSONL_SUFFIXES)
 
 
 def _is_prepared(directory: Path) -> bool:

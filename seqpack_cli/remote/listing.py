@@ -20,25 +20,17 @@ from concurrent.futures import ThreadPoolExecutor
 from pyarrow import fs as arrow_fs
 
 from seqpack_cli.errors import InputError
+from seqpack_cli.input_names import JSONL_SUFFIXES, PARQUET_SUFFIXES, SEARCHED_SUFFIXES
 from seqpack_cli.remote.faults import no_such_bucket, no_such_object, remote_error
 from seqpack_cli.remote.filesystems import filesystem_for, path_in_filesystem
 from seqpack_cli.remote.objects import RemoteFile, stat_object
 from seqpack_cli.remote.options import Settings, check_storage_options, settings_for
 from seqpack_cli.remote.urls import RemoteURL, glob_pattern, has_glob, parse_url
 
-__all__ = ["JSONL_SUFFIXES", "PARQUET_SUFFIXES", "SEARCHED_SUFFIXES", "resolve_remote"]
+__all__ = ["resolve_remote"]
 
 logger = logging.getLogger(__name__)
 
-PARQUET_SUFFIXES = (".parquet", ".parq", ".pq")
-"""Parquet by extension (any case): the same as local inputs (`prepare.inputs`)."""
-
-JSONL_SUFFIXES = (".jsonl", ".jsonl.gz", ".json")
-"""JSON Lines by name ending (any case): the same as local inputs."""
-
-SEARCHED_SUFFIXES = (*PARQUET_SUFFIXES, ".jsonl", ".jsonl.gz")
-"""What a prefix search or a glob takes (`.json` only when a glob spells it: metadata files
-such as `dataset_info.json` sit beside datasets)."""
 
 _HEAD_THREADS = 16
 
