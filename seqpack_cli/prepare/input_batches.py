@@ -49,6 +49,7 @@ __all__ = [
     "jsonl_schema",
     "line_of_row",
     "missing_column_error",
+    "not_parquet_error",
     "open_jsonl",
     "read_batches",
     "value_fits",
@@ -187,11 +188,17 @@ def describe_input(path: Path) -> InputDescription:
             metadata = pq.read_metadata(handle)
         schema = metadata.schema.to_arrow_schema()
     except (pa.ArrowException, OSError) as error:
-        raise InputError(
-            f"input file {path} is not a readable parquet file ({first_line(error)}); "
-            "leave it out of the inputs or rewrite it as parquet"
-        ) from None
+        raise not_parquet_error(f"input file {path}", error) from None
     return InputDescription(path, "parquet", num_bytes, metadata.num_rows, schema)
+
+
+def not_parquet_error(what: str, error: BaseException) -> InputError:
+    """The one wording of an input (`what`: "input file PATH", or an object's URL) whose
+    parquet footer cannot be read, quoting pyarrow's `error`."""
+    return InputError(
+        f"{what} is not a readable parquet file ({first_line(error)}); leave it out of the "
+        "inputs or rewrite it as parquet"
+    )
 
 
 ColumnOptions = Mapping[str, "str | None"]

@@ -28,8 +28,13 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from seqpack_cli.errors import InputError, first_line
-from seqpack_cli.prepare.input_batches import ColumnOptions, check_columns, input_kind
+from seqpack_cli.errors import InputError
+from seqpack_cli.prepare.input_batches import (
+    ColumnOptions,
+    check_columns,
+    input_kind,
+    not_parquet_error,
+)
 
 __all__ = ["RemoteCopy", "fetch_all", "fetch_object", "plan_copies"]
 
@@ -107,10 +112,7 @@ def fetch_object(file: Any, columns: ColumnOptions, path: Path, options: Mapping
         raise
     except (OSError, pa.ArrowException) as error:
         if isinstance(error, pa.ArrowInvalid) and "Parquet" in str(error):
-            raise InputError(
-                f"{file.url} is not a readable parquet file ({first_line(error)}); "
-                "leave it out of the inputs or rewrite it as parquet"
-            ) from None
+            raise not_parquet_error(file.url, error) from None
         settings = settings_for(parse_url(file.url).scheme, options)
         raise remote_error(file.url, error, settings) from None
     reason = changed(identity(file), options)
