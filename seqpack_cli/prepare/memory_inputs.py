@@ -21,10 +21,11 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from seqpack_cli.errors import ConfigError, InputError
-from seqpack_cli.prepare.input_batches import ColumnOptions, check_columns
 
 if TYPE_CHECKING:  # pyarrow is imported once a table is staged: `load_prepared` stays light
     import pyarrow as pa
+
+    from seqpack_cli.prepare.input_batches import ColumnOptions
 
 __all__ = ["check_inputs", "is_table", "memory_name", "named", "stage_tables", "table_kind"]
 
@@ -117,6 +118,8 @@ def stage_tables(tables: Sequence[object], columns: ColumnOptions, folder: Path)
     Raises:
         InputError: a table without one of `columns`, naming the table and its columns.
     """
+    from seqpack_cli.prepare.input_batches import check_columns
+
     folder.mkdir(parents=True, exist_ok=True)
     wanted = list(dict.fromkeys(columns))
     staged: dict[Path, str] = {}
