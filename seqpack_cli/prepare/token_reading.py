@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -72,7 +72,7 @@ class ValueRule:
     """How a column's values are named and checked: `what` names it in messages ("token column
     'x'"); `allowed` narrows the dtype's range (a loss mask's (0, 1)), `outside` saying why;
     `negative` is the fix for a negative value in an unsigned dtype; `allow_bool` admits lists
-    of booleans."""
+    of booleans; `option_name` is the option that names the column, where one does."""
 
     what: str = "token"
     allowed: tuple[int, int] | None = None
@@ -82,6 +82,7 @@ class ValueRule:
         f"{option('dtype')} 'int32')"
     )
     allow_bool: bool = False
+    option_name: str | None = None
 
 
 TOKENS = ValueRule()
@@ -89,21 +90,30 @@ MASK_DTYPE = np.dtype("u1")
 """A loss mask's store dtype, whatever its column holds (0/1 integers or booleans)."""
 
 
-def role_rule(role: str, *, negative: str | None = None, mask_fix: str = "") -> ValueRule:
+def role_rule(
+    role: str,
+    *,
+    negative: str | None = None,
+    mask_fix: str = "",
+    option_name: str | None = None,
+) -> ValueRule:
     """What a column of `role` ("tokens", "labels" or "loss_mask") admits and how messages
     name it: the one definition of each role's values. The caller words its own fixes:
     `negative` for a negative token id (the default otherwise), `mask_fix` for a loss mask
-    value other than 0 and 1 (what to pass instead)."""
+    value other than 0 and 1 (what to pass instead), and names the `option_name` of the
+    column if an option names it."""
     if role == "tokens":
-        return ValueRule() if negative is None else ValueRule(negative=negative)
-    if role == "labels":
-        return ValueRule(what="labels")
-    return ValueRule(
-        what="loss mask",
-        allowed=(0, 1),
-        outside=f"a loss mask holds 1 where the loss is taken and 0 elsewhere: {mask_fix}",
-        allow_bool=True,
-    )
+        rule = ValueRule() if negative is None else ValueRule(negative=negative)
+    elif role == "labels":
+        rule = ValueRule(what="labels")
+    else:
+        rule = ValueRule(
+            what="loss mask",
+            allowed=(0, 1),
+            outside=f"a loss mask holds 1 where the loss is taken and 0 elsewhere: {mask_fix}",
+            allow_bool=True,
+        )
+    return replace(rule, option_name=option_name)
 
 
 def _is_list(column_type: pa.DataType) -> bool:
@@ -170,7 +180,7 @@ def inspect_token_input(
                 name,
                 path,
                 schema.names,
-                option_name="id_column" if role == "id" else None,
+                option_name="id_column" if role == "id" else rule.option_name,
                 role=role,
             )
         kind = schema.field(name).type

@@ -51,22 +51,23 @@ logger = logging.getLogger(__name__)
 
 _CHUNK = 1 << 20  # rows compared at a time
 
-STORE_RULES = {
-    role: role_rule(
-        role,
-        negative=f"check that {option('tokens_column')} names the token ids (labels with -100 "
-        f"go to {option('labels_column')})",
-        mask_fix=f"fix the column, or pass per-token labels with {option('labels_column')}",
-    )
-    for role in STORE_ROLES
-}
-"""How each role's column is named in messages and which values it admits."""
 STORE_OPTIONS = {
     "tokens": "tokens_column",
     "labels": "labels_column",
     "loss_mask": "loss_mask_column",
 }
 """The option that names each role's column."""
+STORE_RULES = {
+    role: role_rule(
+        role,
+        negative=f"check that {option('tokens_column')} names the token ids (labels with -100 "
+        f"go to {option('labels_column')})",
+        mask_fix=f"fix the column, or pass per-token labels with {option('labels_column')}",
+        option_name=STORE_OPTIONS[role],
+    )
+    for role in STORE_ROLES
+}
+"""How each role's column is named in messages and which values it admits."""
 
 
 def _check_same_lengths(
