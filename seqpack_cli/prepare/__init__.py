@@ -9,8 +9,10 @@ a `prepared/` directory.
   `input_batches`: one input of either kind read in batches, its kind and row count;
   `jsonl_staging`: a JSON Lines input's columns copied to parquet for DuckDB; `footers`: the
   inputs' footers read and checked before DuckDB reads a row; `db`: DuckDB connections, the SQL
-  of `sql/`, DuckDB's errors worded; `memory_inputs`: in-memory tables (pyarrow, Polars,
-  datasets) written as parquet into the job's work directory, then read as files;
+  of `sql/`, DuckDB's errors worded; `process_folders`: scratch folders that live as long as
+  the process (DuckDB's links, the JSON Lines copies); `memory_inputs`: in-memory tables
+  (pyarrow, Polars, datasets) written as parquet into the job's work directory, then read as
+  files;
   `remote_inputs`: remote objects (s3://, gs://, https://, hf://) resolved by
   `seqpack_cli.remote`, the columns read copied once into the work directory;
 - `scan`: the first pass, the length histogram; `pools` (subpackage): the second pass, the

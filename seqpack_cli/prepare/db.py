@@ -20,14 +20,11 @@ How DuckDB is made to read exactly what was named (`read_params` builds the two 
 
 from __future__ import annotations
 
-import atexit
 import hashlib
 import importlib.resources
 import logging
 import os
 import re
-import shutil
-import tempfile
 import threading
 from collections.abc import Mapping, Sequence
 from functools import cache
@@ -40,6 +37,7 @@ from seqpack_cli.errors import ConfigError, InputError, SeqpackError, first_line
 from seqpack_cli.interrupts import signals_held
 from seqpack_cli.prepare.inputs import GLOB_CHARS
 from seqpack_cli.prepare.jsonl_staging import original_names, staged_parquet
+from seqpack_cli.prepare.process_folders import process_folder
 from seqpack_cli.progress import ProgressCallback
 
 __all__ = [
@@ -80,13 +78,6 @@ def load_sql(name: str) -> str:
 
 _links_lock = threading.Lock()
 _links: dict[str, str] = {}
-_link_dir: list[str] = []
-
-
-def _remove_links(owner: int) -> None:
-    if os.getpid() == owner:  # not in a forked child that exits normally
-        for directory in _link_dir:
-            shutil.rmtree(directory, ignore_errors=True)
 
 
 def duckdb_path(path: str | os.PathLike[str]) -> str:
@@ -107,11 +98,8 @@ def duckdb_path(path: str | os.PathLike[str]) -> str:
         link = _links.get(text)
         if link is None:
             try:
-                if not _link_dir:
-                    _link_dir.append(tempfile.mkdtemp(prefix="seqpack-links-"))
-                    atexit.register(_remove_links, os.getpid())
                 digest = hashlib.sha256(os.fsencode(text)).hexdigest()[:32]
-                link = os.path.join(_link_dir[0], f"{digest}.parquet")
+                link = os.path.join(process_folder("seqpack-links-"), f"{digest}.parquet")
                 if not os.path.lexists(link):
                     os.symlink(text, link)
             except OSError as error:

@@ -19,12 +19,9 @@ lengths) is an `InputError` naming the file, the line and the column.
 
 from __future__ import annotations
 
-import atexit
 import hashlib
 import logging
 import os
-import shutil
-import tempfile
 import threading
 from collections.abc import Sequence
 from pathlib import Path
@@ -35,6 +32,7 @@ import pyarrow.parquet as pq
 from seqpack_cli.errors import InputError, first_line, option
 from seqpack_cli.prepare.footers import arrow_type
 from seqpack_cli.prepare.input_batches import input_kind, jsonl_fault, open_jsonl, value_fits
+from seqpack_cli.prepare.process_folders import process_folder
 
 __all__ = ["original_names", "staged_parquet"]
 
@@ -43,21 +41,11 @@ logger = logging.getLogger(__name__)
 _lock = threading.Lock()
 _staged: dict[tuple[str, int, int, tuple[tuple[str, str], ...]], Path] = {}
 _originals: dict[str, str] = {}
-_folder: list[str] = []
-
-
-def _remove_folder(owner: int) -> None:
-    if os.getpid() == owner:  # not in a forked child that exits normally
-        for folder in _folder:
-            shutil.rmtree(folder, ignore_errors=True)
 
 
 def _new_path(key: object) -> Path:
-    if not _folder:
-        _folder.append(tempfile.mkdtemp(prefix="seqpack-jsonl-"))
-        atexit.register(_remove_folder, os.getpid())
     digest = hashlib.sha256(repr(key).encode("utf-8", "surrogateescape")).hexdigest()[:32]
-    return Path(_folder[0]) / f"{digest}.parquet"
+    return process_folder("seqpack-jsonl-") / f"{digest}.parquet"
 
 
 def _value_error(path: Path, column_types: Sequence[tuple[str, str]]) -> InputError | None:
