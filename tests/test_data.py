@@ -251,6 +251,7 @@ def test_resume_in_process_reproduces_the_rest_of_the_epoch(corpus: Any) -> None
         "num_bins": len(full),
         "seed": 7,
         "rank": 0,
+        "manifest_sha256": None,  # a (templates, pools) pair names no prepared directory
         "world_size": 1,
         "rows_per_rank": 1,
         "balance": None,

@@ -30,6 +30,7 @@ from seqpack_cli.seeding import check_required_seed, seed_from_components
 __all__ = [
     "PackedEpochs",
     "resolve_source",
+    "source_digest",
     "split_source",
     "store_sources",
     "truncated_by_prepare",
@@ -75,6 +76,20 @@ def split_source(source: Any) -> tuple[Any, Mapping[int, Any], int | None, Path 
         f"source is a {type(source).__name__}; expected what load_prepared returns or a "
         "(templates, pools) pair"
     )
+
+
+def source_digest(source: Any) -> str | None:
+    """What a resume state says it belongs to: the sha256 of the prepared directory's manifest
+    as loaded (`manifest_sha256` of its manifest.json; of the repacked manifest after
+    `Prepared.repack`, whose bins are others), None for a `(templates, pools)` pair, which has
+    no identity. Directories with equal histograms but other ids or inputs differ in it (the
+    manifest lists the inputs and every pool file's sha256)."""
+    manifest = getattr(source, "manifest", None)
+    if not isinstance(manifest, Mapping):
+        return None
+    from seqpack_cli.prepared.integrity import manifest_digest
+
+    return manifest_digest(manifest)
 
 
 def store_sources(
@@ -183,6 +198,7 @@ class PackedEpochs:
         self._templates, self._pools, prepared_max_seq_len, self._prepared_path = split_source(
             source
         )
+        self.manifest_sha256 = source_digest(source)
         token_source, labels_source, loss_mask_source = store_sources(
             source, token_source, labels_source, loss_mask_source
         )

@@ -88,7 +88,9 @@ class PackedIterableDataset(PackedEpochs, IterableDataset):
     Resume: `state_dict()` is a small dict of numbers, `{"epoch", "num_bins_consumed", ...}`,
     where `num_bins_consumed` counts the bins (rows) of this rank's epoch that the training loop
     has taken; `load_state_dict(state)` makes the next pass start right after them, so a resumed
-    run sees exactly the rest of the epoch, in the same batches. The state also records how the
+    run sees exactly the rest of the epoch, in the same batches. The state names the prepared
+    directory it belongs to (`manifest_sha256`): another directory's state is refused, even one
+    with the same histogram, whose bins hold other sequences. It also records how the
     steps were dealt (world size, `batch_size`, balance) and where the epoch resumed
     (`cursor`): loaded by a run with another world size, batch size or balance, any rank's state
     continues the epoch from the global step reached, with no bin repeated or skipped (the rest
@@ -235,7 +237,9 @@ class PackedIterableDataset(PackedEpochs, IterableDataset):
                 in this process) or of its `PackedDataLoader`.
 
         Returns:
-            `{"epoch", "num_bins_consumed", "num_bins", "seed", "rank", ...}` with the layout
+            `{"epoch", "num_bins_consumed", "num_bins", "seed", "rank", "manifest_sha256",
+            ...}` (`manifest_sha256`: the prepared directory's, which `load_state_dict` checks;
+            None for a `(templates, pools)` pair) with the layout
             (`world_size`, `rows_per_rank`, `balance`, `cost_per_token`, `balance_window`,
             `drop_last`) and the epoch's `cursor` as a dict: plain Python values, so that
             `load_state_dict` resumes on any layout.
@@ -260,6 +264,7 @@ class PackedIterableDataset(PackedEpochs, IterableDataset):
             "num_bins": len(self.plan),
             "seed": self.seed,
             "rank": self.rank,
+            "manifest_sha256": self.manifest_sha256,
             **self._layout(),
             "cursor": self._cursor.to_state(),  # the layout's cursor, as plain ints
         }
@@ -272,8 +277,10 @@ class PackedIterableDataset(PackedEpochs, IterableDataset):
             state: what `state_dict()` returned (here or on another layout).
 
         Raises:
-            ConfigError: for a state with missing keys, another seed, another prepared data, or
-                a position that is not a whole number of steps on its layout.
+            ConfigError: for a state with missing keys, another seed, another prepared
+                directory (its `manifest_sha256`; a state saved before it was recorded loads
+                with a warning), or a position that is not a whole number of steps on its
+                layout.
         """
         missing = [key for key in _STATE_KEYS if key not in state]
         if missing:
@@ -286,6 +293,7 @@ class PackedIterableDataset(PackedEpochs, IterableDataset):
                 f"{self.seed}; resume with the same seed (a different one gives different bins, "
                 "so the saved position would not mean the same data)"
             )
+        self._check_owner(state)
         self._switch_epoch(state["epoch"])
         saved = _saved_layout(state, self.drop_last)
         consumed = check_int("num_bins_consumed", state["num_bins_consumed"], minimum=0)
@@ -330,6 +338,30 @@ class PackedIterableDataset(PackedEpochs, IterableDataset):
             len(self.plan),
             self.rank,
             self.world_size,
+        )
+
+    def _check_owner(self, state: Mapping[str, Any]) -> None:
+        """Refuse the state of another prepared directory (`manifest_sha256`, see
+        `seqpack_cli.data.epochs.source_digest`); a state saved before it was recorded is
+        accepted with a warning, a side without one (a `(templates, pools)` pair) is not
+        checked."""
+        if "manifest_sha256" not in state:
+            logger.warning(
+                "resume state records no manifest_sha256 (saved before seqpack recorded which "
+                "prepared directory a state belongs to): it is not checked against %s; save a "
+                "new state to have it checked",
+                self._prepared_path or "this dataset's (templates, pools)",
+            )
+            return
+        saved, current = state["manifest_sha256"], self.manifest_sha256
+        if saved is None or current is None or saved == current:
+            return
+        where = self._prepared_path or "its prepared data"
+        raise ConfigError(
+            f"state was saved from the prepared directory with manifest_sha256 {str(saved)[:16]}"
+            f"... but this dataset reads {where} (manifest_sha256 {current[:16]}...), where its "
+            "position names other sequences; resume with the prepared directory the state was "
+            "saved from, or start this one without load_state_dict"
         )
 
     def _layout(self) -> dict[str, Any]:
