@@ -27,13 +27,13 @@ def corpus() -> tuple[list[np.ndarray], Any]:
     return tokens, (pack_length_histogram_batched(histogram, MAX_SEQ_LEN), pools)
 
 
-def _dataset(corpus: Any, rank: int, world_size: int, batch_size: int, **options: Any) -> Any:
+def _dataset(corpus: Any, rank: int, world_size: int, rows_per_rank: int, **options: Any) -> Any:
     tokens, source = corpus
     return PackedIterableDataset(
         source, tokens, max_seq_len=MAX_SEQ_LEN,
         collate=CollateOptions(pad_token_id=PAD),
         seed=3, rank=rank,
-        world_size=world_size, batch_size=batch_size, **options,
+        world_size=world_size, rows_per_rank=rows_per_rank, **options,
     )  # fmt: skip
 
 

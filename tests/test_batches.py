@@ -1,5 +1,5 @@
-"""B packed rows per step: PackedIterableDataset(batch_size=B) and PackedDataLoader, with workers,
-ranks and an exact resume (the state needs no counting by hand)."""
+"""B packed rows per step: PackedIterableDataset(rows_per_rank=B) and PackedDataLoader, with
+workers, ranks and an exact resume (the state needs no counting by hand)."""
 
 from __future__ import annotations
 
@@ -20,7 +20,7 @@ torch = pytest.importorskip("torch")
 from torch.utils.data import DataLoader  # noqa: E402
 
 from seqpack_cli.collate import CollateOptions, PackedCollator  # noqa: E402
-from seqpack_cli.data import PackedDataLoader, PackedIterableDataset  # noqa: E402
+from seqpack_cli.data import PackedDataLoader, PackedDataset, PackedIterableDataset  # noqa: E402
 from seqpack_cli.epoch.plan import EpochPlan  # noqa: E402
 from seqpack_cli.errors import ConfigError  # noqa: E402
 from seqpack_cli.seeding import seed_from_components  # noqa: E402
@@ -85,7 +85,7 @@ def _rows(batch: dict[str, Any]) -> list[Row]:
 @pytest.mark.parametrize("format", ["padded", "padding_free", "maxtext"])
 @pytest.mark.parametrize("batch_size", [1, 4, 7])
 def test_a_batch_is_the_collator_on_consecutive_bins(format: str, batch_size: int) -> None:
-    ds = _dataset(batch_size=batch_size, format=format, epoch=2)
+    ds = _dataset(rows_per_rank=batch_size, format=format, epoch=2)
     plan = _plan(epoch=2)
     collator = PackedCollator(CORPUS[2], MAX_SEQ_LEN, PAD, format=format)
     batches = list(ds)
@@ -99,7 +99,7 @@ def test_a_batch_is_the_collator_on_consecutive_bins(format: str, batch_size: in
 
 
 def test_drop_remainder_gives_full_batches_only() -> None:
-    ds = _dataset(batch_size=4, drop_remainder=True)
+    ds = _dataset(rows_per_rank=4, drop_remainder=True)
     plan = _plan()
     assert len(plan) % 4  # the test needs a remainder to drop
     rows = [_rows(batch) for batch in ds]
@@ -108,16 +108,50 @@ def test_drop_remainder_gives_full_batches_only() -> None:
     assert [r for batch in rows for r in batch] == [tuple(b) for b in plan.bins(0, len(rows) * 4)]
 
 
-def test_batch_size_is_checked() -> None:
+def test_rows_per_rank_is_checked() -> None:
     with pytest.raises(
         ConfigError,
-        match="batch_size is 0; expected a positive integer; pass the number of packed rows",
+        match="rows_per_rank is 0; expected a positive integer; pass the number of packed rows",
     ):
-        _dataset(batch_size=0)
+        _dataset(rows_per_rank=0)
     with pytest.raises(
-        ConfigError, match="batch_size is the bool True; expected a positive integer"
+        ConfigError, match="rows_per_rank is the bool True; expected a positive integer"
     ):
-        _dataset(batch_size=True)
+        _dataset(rows_per_rank=True)
+
+
+@pytest.mark.parametrize("name", ["PackedIterableDataset", "PackedDataset"])
+def test_batch_size_is_the_deprecated_name_of_rows_per_rank(name: str) -> None:
+    # One name: the datasets take rows_per_rank, as their state and EpochPlan name it;
+    # batch_size= still works, with a DeprecationWarning pointing at the caller.
+    cls = {"PackedIterableDataset": PackedIterableDataset, "PackedDataset": PackedDataset}[name]
+    templates, pools, tokens = CORPUS
+    common = {"max_seq_len": MAX_SEQ_LEN, "seed": SEED, "collate": CollateOptions(pad_token_id=PAD)}
+    new = cls((templates, pools), tokens, rows_per_rank=3, **common)
+    with pytest.warns(
+        DeprecationWarning, match=rf"^{name}\(batch_size=...\) is deprecated: pass "
+    ) as caught:
+        old = cls((templates, pools), tokens, batch_size=3, **common)
+    assert "rows_per_rank=3" in str(caught[0].message)
+    assert [w.filename for w in caught] == [__file__]
+    assert old.rows_per_rank == new.rows_per_rank == old.plan.rows_per_rank == 3
+    items = (
+        (lambda ds: list(ds))
+        if name == "PackedIterableDataset"
+        else (lambda ds: [ds[k] for k in range(len(ds))])
+    )
+    assert all(same_batch(a, b) for a, b in zip(items(old), items(new), strict=True))
+    if name == "PackedIterableDataset":
+        assert old.state_dict() == new.state_dict()
+        assert new.state_dict()["rows_per_rank"] == 3
+    with pytest.warns(DeprecationWarning, match=rf"^{name}.batch_size is deprecated: read rows"):
+        assert new.batch_size == 3
+    with pytest.raises(
+        ConfigError, match="got rows_per_rank=2 and batch_size=3; pass rows_per_rank"
+    ):
+        cls((templates, pools), tokens, rows_per_rank=2, batch_size=3, **common)
+    with pytest.warns(DeprecationWarning), pytest.raises(ConfigError, match="batch_size is 0"):
+        cls((templates, pools), tokens, batch_size=0, **common)
 
 
 # ---- every bin once, in order, across ranks and workers (workers simulated, many cases) -------
@@ -159,7 +193,11 @@ def test_every_bin_once_across_ranks_and_workers(
     num: int,
 ) -> None:
     corpus = _corpus(num, seed=num)
-    options = {"batch_size": batch_size, "drop_remainder": drop_remainder, "drop_last": drop_last}
+    options = {
+        "rows_per_rank": batch_size,
+        "drop_remainder": drop_remainder,
+        "drop_last": drop_last,
+    }
     seen: Counter = Counter()
     for rank in range(world_size):
         ds = _dataset(corpus, rank=rank, world_size=world_size, epoch=1, **options)
@@ -230,7 +268,7 @@ def test_resume_after_step_k_yields_the_batches_after_k(
             ds = _dataset(
                 rank=rank,
                 world_size=world_size,
-                batch_size=batch_size,
+                rows_per_rank=batch_size,
                 drop_remainder=drop_remainder,
             )
             return _loader(ds, num_workers)
@@ -258,7 +296,7 @@ def test_resume_after_step_k_yields_the_batches_after_k(
 @pytest.mark.parametrize("num_workers", [0, 2])
 def test_resume_at_and_around_the_epoch_boundary(num_workers: int) -> None:
     def make() -> PackedDataLoader:
-        return _loader(_dataset(batch_size=4, rank=1, world_size=2), num_workers)
+        return _loader(_dataset(rows_per_rank=4, rank=1, world_size=2), num_workers)
 
     full, states = _train(make, 3)
     per_epoch = len(make())
@@ -274,7 +312,7 @@ def test_resume_at_and_around_the_epoch_boundary(num_workers: int) -> None:
 
 def test_the_state_counts_batches_taken_not_made() -> None:
     # Workers run ahead (prefetch_factor batches each); the state names what the loop holds.
-    ds = _dataset(batch_size=3)
+    ds = _dataset(rows_per_rank=3)
     loader = _loader(ds, 2, prefetch_factor=4)
     assert loader.state_dict()["num_bins_consumed"] == 0
     for step, _ in enumerate(loader, start=1):
@@ -287,18 +325,18 @@ def test_the_state_counts_batches_taken_not_made() -> None:
 
 def test_the_state_does_not_depend_on_the_workers() -> None:
     # Saved with 2 workers, resumed with none (or 3): the same batches follow.
-    full, states = _train(lambda: _loader(_dataset(batch_size=5), 2), 1)
+    full, states = _train(lambda: _loader(_dataset(rows_per_rank=5), 2), 1)
     for num_workers in (0, 3):
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", UserWarning)
-            rest, _ = _train(partial(_loader, _dataset(batch_size=5), num_workers), 1, states[3])
+            rest, _ = _train(partial(_loader, _dataset(rows_per_rank=5), num_workers), 1, states[3])
         assert rest == full[4:]
 
 
 def test_same_seed_same_batches_other_seed_other_batches() -> None:
-    first, _ = _train(lambda: _loader(_dataset(batch_size=4), 2), 2)
-    again, _ = _train(lambda: _loader(_dataset(batch_size=4), 0), 2)
-    other, _ = _train(lambda: _loader(_dataset(batch_size=4, seed=SEED + 1), 2), 2)
+    first, _ = _train(lambda: _loader(_dataset(rows_per_rank=4), 2), 2)
+    again, _ = _train(lambda: _loader(_dataset(rows_per_rank=4), 0), 2)
+    other, _ = _train(lambda: _loader(_dataset(rows_per_rank=4, seed=SEED + 1), 2), 2)
     assert first == again
     assert first != other
     assert sorted(r for b in first for r in b) != sorted(r for b in other for r in b)
@@ -307,7 +345,7 @@ def test_same_seed_same_batches_other_seed_other_batches() -> None:
 def test_a_new_pass_restarts_at_the_resume_point() -> None:
     # Like a DataLoader: each iter() is one pass from the resume point; breaking off a pass and
     # iterating again starts that pass over.
-    loader = _loader(_dataset(batch_size=4), 0)
+    loader = _loader(_dataset(rows_per_rank=4), 0)
     first = [_rows(b) for b in loader]
     partial = iter(loader)
     next(partial)
@@ -320,7 +358,7 @@ def test_a_new_pass_restarts_at_the_resume_point() -> None:
 
 
 def test_loader_refuses_options_that_break_the_count() -> None:
-    ds = _dataset(batch_size=2)
+    ds = _dataset(rows_per_rank=2)
     refused: list[tuple[str, Any]] = [
         ("batch_size", 8),
         ("shuffle", True),
@@ -329,7 +367,7 @@ def test_loader_refuses_options_that_break_the_count() -> None:
         ("drop_last", True),
     ]
     for name, value in refused:
-        with pytest.raises(ConfigError, match=f"{name}=.*pass batch_size=B"):
+        with pytest.raises(ConfigError, match=f"{name}=.*pass rows_per_rank=B"):
             PackedDataLoader(ds, **{name: value})
     with pytest.raises(ConfigError, match="persistent_workers=True"):
         PackedDataLoader(ds, num_workers=2, persistent_workers=True)
@@ -345,7 +383,7 @@ def test_loader_refuses_options_that_break_the_count() -> None:
 
 
 def test_loader_state_errors_are_the_datasets() -> None:
-    loader = _loader(_dataset(batch_size=2), 0)
+    loader = _loader(_dataset(rows_per_rank=2), 0)
     state = loader.state_dict()
     with pytest.raises(ConfigError, match="saved with seed=7 but this dataset has seed=8"):
         _loader(_dataset(seed=8), 0).load_state_dict(state)
@@ -355,7 +393,7 @@ def test_loader_state_errors_are_the_datasets() -> None:
 
 def test_a_plain_dataloader_with_the_rows_taken_resumes_too() -> None:
     # Without PackedDataLoader, the rows taken (batches * B) name the resume point.
-    ds = _dataset(batch_size=3)
+    ds = _dataset(rows_per_rank=3)
     full = [_rows(b) for b in ds]
     loader = DataLoader(ds, batch_size=None, num_workers=2, multiprocessing_context="fork")
     for step, _ in enumerate(loader):
@@ -363,6 +401,6 @@ def test_a_plain_dataloader_with_the_rows_taken_resumes_too() -> None:
             break
     state = ds.state_dict(num_bins_taken=(step + 1) * 3)
     assert state["num_bins_consumed"] == 12
-    resumed = _dataset(batch_size=3)
+    resumed = _dataset(rows_per_rank=3)
     resumed.load_state_dict(state)
     assert [_rows(b) for b in resumed] == full[4:]

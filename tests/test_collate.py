@@ -671,15 +671,15 @@ def test_the_datasets_pass_pad_to_through() -> None:
         (templates, pools),
         SOURCE,
         collate=CollateOptions(**hf, pad_to=24),
-        batch_size=2,
+        rows_per_rank=2,
         **common,
     )
     assert [batch["input_ids"].shape for batch in stream] == [(1, 24)]
-    with pytest.raises(ConfigError, match=r"pad_to=12 but a batch of batch_size=2 .*pad_to=24"):
+    with pytest.raises(ConfigError, match=r"pad_to=12 but a batch of rows_per_rank=2 .*pad_to=24"):
         PackedIterableDataset(
             (templates, pools),
             SOURCE,
             collate=CollateOptions(**hf, pad_to=12),
-            batch_size=2,
+            rows_per_rank=2,
             **common,
         )

@@ -57,7 +57,7 @@ def test_an_old_keyword_call_warns_once_per_option_and_gives_the_same_batches(
     dataset_class: Any, option: str
 ) -> None:
     values = OPTION_VALUES[option]
-    common = {"seed": 3, "max_seq_len": MAX_SEQ_LEN, "batch_size": 2}
+    common = {"seed": 3, "max_seq_len": MAX_SEQ_LEN, "rows_per_rank": 2}
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         old = dataset_class((TEMPLATES, POOLS), TOKENS, **common, **values)

@@ -372,7 +372,8 @@ def test_datasets_give_each_cp_rank_its_share_of_the_same_bins(dataset: str) -> 
     tokens = _tokens(lengths)
     common: dict[str, Any] = {"seed": 5, "max_seq_len": 32}
     if dataset == "iterable":
-        common |= {"batch_size": 2, "rank": 1, "world_size": 2, "return_num_items_in_batch": True}
+        common |= {"rows_per_rank": 2, "rank": 1, "world_size": 2}
+        common |= {"return_num_items_in_batch": True}
 
     def items(**cp: Any) -> list[Any]:
         collate = CollateOptions(pad_token_id=PAD, format="thd", **cp)

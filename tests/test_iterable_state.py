@@ -60,7 +60,7 @@ def directories(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
 
 
 def _dataset(path: Path, **options: Any) -> PackedIterableDataset:
-    options = {"seed": SEED, "batch_size": 2, **options}
+    options = {"seed": SEED, "rows_per_rank": 2, **options}
     return PackedIterableDataset(
         load_prepared(path), collate=CollateOptions(pad_token_id=0), **options
     )
@@ -191,7 +191,7 @@ def test_a_pair_source_is_not_checked(directories: tuple[Path, Path]) -> None:
         max_seq_len=MAX_SEQ_LEN,
         collate=CollateOptions(pad_token_id=0),
         seed=SEED,
-        batch_size=2,
+        rows_per_rank=2,
     )
     _, state = _state_after(pair, 2)
     assert state["manifest_sha256"] is None

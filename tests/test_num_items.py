@@ -53,7 +53,7 @@ def _ranks(world_size: int, grad_accum: int, masked: bool, **options: Any) -> li
             seed=5,
             rank=rank,
             world_size=world_size,
-            batch_size=2,
+            rows_per_rank=2,
             grad_accum=grad_accum,
             return_num_items_in_batch=True,
             **options,
@@ -145,7 +145,7 @@ def test_num_items_is_the_brute_force_count_of_every_step(
         PackedIterableDataset(
             source, tokens, loss_mask_source=masks if masked else None, max_seq_len=MAX_SEQ_LEN,
             collate=CollateOptions(pad_token_id=PAD),
-            seed=1, rank=r, world_size=world_size, batch_size=rows,
+            seed=1, rank=r, world_size=world_size, rows_per_rank=rows,
             grad_accum=grad_accum, return_num_items_in_batch=True, balance=balance,
             cost_per_token=7.0,
         )
@@ -175,7 +175,7 @@ def test_labels_and_truncation_are_counted_as_the_collator_counts() -> None:
     ds = PackedDataset(
         (templates, pools), tokens, labels_source=labels, max_seq_len=16,
         collate=CollateOptions(pad_token_id=PAD, truncate=True),
-        seed=2, batch_size=3, return_num_items_in_batch=True,
+        seed=2, rows_per_rank=3, return_num_items_in_batch=True,
     )  # fmt: skip
     for k in range(len(ds)):
         step = k // 3
@@ -216,7 +216,7 @@ def test_a_prepared_store_counts_from_its_stored_targets(
         PackedIterableDataset(prepared,
         collate=CollateOptions(pad_token_id=PAD),
         seed=4, rank=r, world_size=3,
-                              batch_size=2, grad_accum=2, return_num_items_in_batch=True)
+                              rows_per_rank=2, grad_accum=2, return_num_items_in_batch=True)
         for r in range(3)
     ]  # fmt: skip
     plan = datasets[0].plan
@@ -236,7 +236,7 @@ def test_a_short_last_step_left_out_is_not_counted() -> None:
     ds = PackedIterableDataset(
         source, tokens, max_seq_len=MAX_SEQ_LEN,
         collate=CollateOptions(pad_token_id=PAD),
-        seed=1, batch_size=4,
+        seed=1, rows_per_rank=4,
         grad_accum=2, drop_remainder=True, return_num_items_in_batch=True,
     )  # fmt: skip
     assert len(ds.plan) % 4  # a short last step exists, and drop_remainder leaves it out
@@ -266,7 +266,7 @@ def test_a_length_multiple_counts_the_sequences_not_their_rounded_slots(
     assert prepared.length_multiple == 4
     ds = PackedIterableDataset(prepared,
     collate=CollateOptions(pad_token_id=PAD),
-    seed=4, batch_size=2,
+    seed=4, rows_per_rank=2,
                                return_num_items_in_batch=True)  # fmt: skip
     for step, item in enumerate(ds):
         expected = sum(int((ds.collator([b])["labels"] != -100).sum()) for b in ds.plan.step(step))

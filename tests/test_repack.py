@@ -458,7 +458,11 @@ def test_the_iterable_dataset_over_a_repacked_prepared_gives_every_kept_id_once(
     )
     source = pickle.loads(pickle.dumps(repacked))  # as a spawned worker receives it
     data = PackedIterableDataset(
-        source, _token_source(dataset), collate=CollateOptions(pad_token_id=0), seed=1, batch_size=4
+        source,
+        _token_source(dataset),
+        collate=CollateOptions(pad_token_id=0),
+        seed=1,
+        rows_per_rank=4,
     )
     tokens_of: dict[int, int] = Counter()
     for batch in data:

@@ -145,10 +145,10 @@ def test_the_store_round_trips_through_the_datasets(tmp_path_factory, case) -> N
         assert same_batch(from_store[k], in_memory[k])
         assert same_batch(positional[k], in_memory[k])
     iterable = PackedIterableDataset(
-        loaded, collate=CollateOptions(pad_token_id=0), seed=3, batch_size=2
+        loaded, collate=CollateOptions(pad_token_id=0), seed=3, rows_per_rank=2
     )
     reference = PackedIterableDataset(
-        loaded, by_id, collate=CollateOptions(pad_token_id=0), seed=3, batch_size=2, **memory
+        loaded, by_id, collate=CollateOptions(pad_token_id=0), seed=3, rows_per_rank=2, **memory
     )
     for a, b in zip(iterable, reference, strict=True):
         assert same_batch(a, b)

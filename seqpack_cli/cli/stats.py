@@ -263,7 +263,7 @@ def stats(
         typer.Option(
             "--rows-per-rank",
             metavar="B[,B...]",
-            help="Packed rows each rank trains on per step (the datasets' batch_size), "
+            help="Packed rows each rank trains on per step (the datasets' rows_per_rank), "
             "compared like --world-size (default 1).",
             show_default=False,
         ),

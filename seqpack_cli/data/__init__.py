@@ -5,7 +5,7 @@
 seed_from_components(seed, epoch), ...)`, so the pairings change every epoch, are the same in
 every process, and bin k is computed directly (no epoch is ever materialised).
 
-- `PackedIterableDataset(..., batch_size=B)` (`iterable`): the rank's share of the epoch in
+- `PackedIterableDataset(..., rows_per_rank=B)` (`iterable`): the rank's share of the epoch in
   items of B collated rows (one bin per row; item j is step j of the plan), made in the
   DataLoader's workers; sharded across data-parallel ranks (optionally balanced by attention
   cost) and workers, with `set_epoch` and a resume `state_dict` that also resumes on another

@@ -30,6 +30,7 @@ from seqpack_cli.seeding import check_required_seed, seed_from_components
 __all__ = [
     "PackedEpochs",
     "resolve_source",
+    "rows_per_rank_option",
     "source_digest",
     "split_source",
     "store_sources",
@@ -169,6 +170,27 @@ def collate_options(
     return CollateOptions(**legacy)
 
 
+def rows_per_rank_option(owner: str, rows_per_rank: Any, batch_size: Any, fix: str) -> int:
+    """The datasets' `rows_per_rank`, checked (a positive int, `fix` in the message), or the
+    `batch_size=` they took before it (the same number, named as a state names it): deprecated,
+    with a `DeprecationWarning` at the caller and checked under its own name; a `ConfigError`
+    for both with different values."""
+    if batch_size is None:
+        return check_int("rows_per_rank", rows_per_rank, minimum=1, fix=fix)
+    if rows_per_rank != 1 and rows_per_rank != batch_size:
+        raise ConfigError(
+            f"{owner} got rows_per_rank={rows_per_rank!r} and batch_size={batch_size!r}; pass "
+            "rows_per_rank only (batch_size is its deprecated name)"
+        )
+    warnings.warn(
+        f"{owner}(batch_size=...) is deprecated: pass rows_per_rank={batch_size!r} (the same "
+        "number: packed rows per step of each rank, as the resume state names it)",
+        DeprecationWarning,
+        stacklevel=3,
+    )
+    return check_int("batch_size", batch_size, minimum=1, fix=fix)
+
+
 class PackedEpochs:
     """The base of both datasets: builds the collator and the current epoch's plan."""
 
@@ -254,6 +276,16 @@ class PackedEpochs:
     @property
     def epoch(self) -> int:
         return self._epoch
+
+    @property
+    def batch_size(self) -> int:
+        """`rows_per_rank`'s name before: deprecated, with a `DeprecationWarning`."""
+        warnings.warn(
+            f"{type(self).__name__}.batch_size is deprecated: read rows_per_rank (the same number)",
+            DeprecationWarning,
+            stacklevel=2,
+        )
+        return self.rows_per_rank
 
     @property
     def plan(self) -> EpochPlan:

@@ -12,7 +12,7 @@ from torch.utils.data import IterableDataset
 
 from seqpack_cli.checks import check_int
 from seqpack_cli.collate import CollateOptions
-from seqpack_cli.data.epochs import PackedEpochs, collate_options
+from seqpack_cli.data.epochs import PackedEpochs, collate_options, rows_per_rank_option
 from seqpack_cli.epoch.cursor import EpochCursor
 from seqpack_cli.epoch.dealing import DEFAULT_BALANCE_WINDOW
 from seqpack_cli.epoch.plan import EpochPlan
@@ -59,10 +59,10 @@ def _same_deal(saved: Mapping[str, Any], current: Mapping[str, Any]) -> bool:
 
 
 class PackedIterableDataset(PackedEpochs, IterableDataset):
-    """Batches of `batch_size` collated rows (one bin per row), the epoch split across ranks and
+    """Batches of `rows_per_rank` collated rows (one bin per row), the epoch split across ranks and
     DataLoader workers.
 
-    An item is `collator(bins)` for `batch_size` consecutive bins of this rank's epoch
+    An item is `collator(bins)` for `rows_per_rank` consecutive bins of this rank's epoch
     (`input_ids` is `[B, max_seq_len]` with format="padded"); the last item of a pass holds the
     bins left over, unless `drop_remainder=True` leaves them out. Load it with
     `PackedDataLoader(ds, num_workers=W)` (or `DataLoader(ds, batch_size=None)`): the batches are
@@ -75,7 +75,7 @@ class PackedIterableDataset(PackedEpochs, IterableDataset):
     in-order DataLoader takes one item from each worker in turn, so the training loop receives
     the rank's bins in order, whatever W and B.
 
-    Steps: item j is step j of this rank's plan (`EpochPlan(..., rows_per_rank=batch_size)`):
+    Steps: item j is step j of this rank's plan (`EpochPlan(..., rows_per_rank=rows_per_rank)`):
     every rank makes the same number of items. `balance="cost"` (with `cost_per_token`, see
     `seqpack_cli.hf.cost_per_token`) deals each step's bins so that the ranks' attention costs
     are equal (`seqpack_cli.epoch.dealing`); None keeps DistributedSampler's order.
@@ -91,8 +91,8 @@ class PackedIterableDataset(PackedEpochs, IterableDataset):
     run sees exactly the rest of the epoch, in the same batches. The state names the prepared
     directory it belongs to (`manifest_sha256`): another directory's state is refused, even one
     with the same histogram, whose bins hold other sequences. It also records how the
-    steps were dealt (world size, `batch_size`, balance) and where the epoch resumed
-    (`cursor`): loaded by a run with another world size, batch size or balance, any rank's state
+    steps were dealt (world size, `rows_per_rank`, balance) and where the epoch resumed
+    (`cursor`): loaded by a run with another world size, rows per rank or balance, any rank's state
     continues the epoch from the global step reached, with no bin repeated or skipped (the rest
     of the epoch is dealt anew; the steps already taken must be whole).
     - Through `PackedDataLoader` (any num_workers) or iterated in this process: the loader, or
@@ -103,19 +103,20 @@ class PackedIterableDataset(PackedEpochs, IterableDataset):
     Args:
         source, token_source, max_seq_len, seed, epoch, collate, labels_source,
             loss_mask_source, verify: as for `PackedDataset`. `collate.pad_to` is at least
-            `batch_size * max_seq_len`, which any item fits (with format="hf", every item is
+            `rows_per_rank * max_seq_len`, which any item fits (with format="hf", every item is
             then `[1, pad_to]`).
         rank, world_size: this process's data-parallel rank and their number; default to
             `torch.distributed`'s when it is initialised (else 0 and 1).
         drop_last: drop the bins that do not divide evenly across ranks instead of wrapping.
-        batch_size: rows (bins) per item, the plan's `rows_per_rank`; 1 gives the one-row
-            items of earlier versions.
-        drop_remainder: leave out a pass's last batch when it holds fewer than `batch_size`
+        rows_per_rank: rows (bins) per item, the plan's `rows_per_rank` (what the state
+            records); 1 gives the one-row items of earlier versions.
+        drop_remainder: leave out a pass's last batch when it holds fewer than `rows_per_rank`
             rows (fixed shapes on every step).
         balance, cost_per_token, balance_window: how each step's bins are dealt to the ranks
             (`EpochPlan`): None (the default) or "cost".
         grad_accum: micro-batches (items) per optimizer step, for `num_items_in_batch`.
         return_num_items_in_batch: add `num_items_in_batch` (a 0-d int64 tensor) to every item.
+        batch_size: `rows_per_rank`'s name before: deprecated, with a `DeprecationWarning`.
         **collator_options: `CollateOptions`' fields as keywords, the way before `collate=`:
             deprecated, each with a `DeprecationWarning`; not with `collate=` (`ConfigError`).
     """
@@ -135,20 +136,21 @@ class PackedIterableDataset(PackedEpochs, IterableDataset):
         labels_source: Any = None,
         loss_mask_source: Any = None,
         verify: bool = False,
-        batch_size: int = 1,
+        rows_per_rank: int = 1,
         drop_remainder: bool = False,
         balance: str | None = None,
         cost_per_token: float | None = None,
         balance_window: int = DEFAULT_BALANCE_WINDOW,
         grad_accum: int = 1,
         return_num_items_in_batch: bool = False,
+        batch_size: int | None = None,
         **collator_options: Any,
     ) -> None:
         rank, world_size = rank_and_world_size(rank, world_size)
-        self.batch_size = check_int(
-            "batch_size",
+        rows_per_rank = rows_per_rank_option(
+            "PackedIterableDataset",
+            rows_per_rank,
             batch_size,
-            minimum=1,
             fix="pass the number of packed rows per step (1 for one row)",
         )
         self.drop_remainder = bool(drop_remainder)
@@ -165,7 +167,7 @@ class PackedIterableDataset(PackedEpochs, IterableDataset):
             labels_source=labels_source,
             loss_mask_source=loss_mask_source,
             verify=verify,
-            rows_per_rank=self.batch_size,
+            rows_per_rank=rows_per_rank,
             balance=balance,
             cost_per_token=cost_per_token,
             balance_window=balance_window,
@@ -173,11 +175,12 @@ class PackedIterableDataset(PackedEpochs, IterableDataset):
             return_num_items_in_batch=return_num_items_in_batch,
         )
         pad_to = self.collator.pad_to
-        if pad_to is not None and pad_to < self.batch_size * self.max_seq_len:
+        rows = self.rows_per_rank
+        if pad_to is not None and pad_to < rows * self.max_seq_len:
             raise ConfigError(
-                f"pad_to={pad_to} but a batch of batch_size={self.batch_size} rows may hold "
-                f"{self.batch_size * self.max_seq_len} tokens; pass pad_to="
-                f"{self.batch_size * self.max_seq_len} (batch_size * max_seq_len)"
+                f"pad_to={pad_to} but a batch of rows_per_rank={rows} rows may hold "
+                f"{rows * self.max_seq_len} tokens; pass pad_to={rows * self.max_seq_len} "
+                "(rows_per_rank * max_seq_len)"
             )
         self._start = 0  # where the next pass begins, in this rank's order
         self._position = 0  # bins consumed, counted by this process (or PackedDataLoader)
@@ -199,8 +202,8 @@ class PackedIterableDataset(PackedEpochs, IterableDataset):
 
     def __len__(self) -> int:
         """Items (batches) the next pass yields, on this rank, all workers together."""
-        stop = batch_stop(len(self.plan), self._start, self.batch_size, self.drop_remainder)
-        return -(-(stop - self._start) // self.batch_size)
+        stop = batch_stop(len(self.plan), self._start, self.rows_per_rank, self.drop_remainder)
+        return -(-(stop - self._start) // self.rows_per_rank)
 
     def __iter__(self) -> Iterator[dict[str, Any]]:
         share = worker_share()
@@ -208,14 +211,14 @@ class PackedIterableDataset(PackedEpochs, IterableDataset):
         if counting:
             self._position = self._start
         batches = deal_batches(
-            self.plan, self._start, self.batch_size, share, drop_remainder=self.drop_remainder
+            self.plan, self._start, self.rows_per_rank, share, drop_remainder=self.drop_remainder
         )
         # The steps trained on: a short last step left out by drop_remainder has no targets.
-        trained_steps = len(self.plan) // self.batch_size if self.drop_remainder else None
+        trained_steps = len(self.plan) // self.rows_per_rank if self.drop_remainder else None
         for end, bins in batches:
             batch = self.collator(bins)
             if self.return_num_items_in_batch:
-                step = (end - len(bins)) // self.batch_size
+                step = (end - len(bins)) // self.rows_per_rank
                 count = self.num_items_in_batch(step, trained_steps)
                 batch["num_items_in_batch"] = torch.tensor(count, dtype=torch.int64)
             if counting:
@@ -226,7 +229,7 @@ class PackedIterableDataset(PackedEpochs, IterableDataset):
     def _take(self, num_batches: int) -> None:
         """Record that the loop has taken the pass's first `num_batches` items (what
         `PackedDataLoader` calls, as it hands the training loop each batch)."""
-        self._position = min(self._start + num_batches * self.batch_size, len(self.plan))
+        self._position = min(self._start + num_batches * self.rows_per_rank, len(self.plan))
 
     def state_dict(self, num_bins_taken: int | None = None) -> dict[str, Any]:
         """The resume state, a small JSON-able dict; see the class docstring.
@@ -271,7 +274,7 @@ class PackedIterableDataset(PackedEpochs, IterableDataset):
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
         """Resume: the next pass starts right after the bins `state` says were consumed; on
-        another layout (world size, batch size, balance), at the global step they reached.
+        another layout (world size, rows per rank, balance), at the global step they reached.
 
         Args:
             state: what `state_dict()` returned (here or on another layout).
@@ -368,7 +371,7 @@ class PackedIterableDataset(PackedEpochs, IterableDataset):
         """How this dataset deals its steps, as a state records it."""
         return {
             "world_size": self.world_size,
-            "rows_per_rank": self.batch_size,
+            "rows_per_rank": self.rows_per_rank,
             "balance": self.balance,
             "cost_per_token": self.cost_per_token,
             "balance_window": self.balance_window,
@@ -398,6 +401,6 @@ class PackedIterableDataset(PackedEpochs, IterableDataset):
     def __repr__(self) -> str:
         return (
             f"PackedIterableDataset(bins={self.num_bins}, start={self._start}, "
-            f"batch_size={self.batch_size}, epoch={self._epoch}, rank={self.rank}, "
+            f"rows_per_rank={self.rows_per_rank}, epoch={self._epoch}, rank={self.rank}, "
             f"world_size={self.world_size}, {self.collator!r})"
         )

@@ -32,7 +32,7 @@ def _check_options(options: Mapping[str, Any]) -> None:
         if name in options:
             raise ConfigError(
                 f"PackedDataLoader got {name}={options[name]!r}; the dataset makes the batches: "
-                "pass batch_size=B (and drop_remainder=True for fixed shapes) to "
+                "pass rows_per_rank=B (and drop_remainder=True for fixed shapes) to "
                 "PackedIterableDataset, whose order is already seeded"
             )
     if options.get("persistent_workers"):
@@ -68,7 +68,7 @@ class PackedDataLoader:
     point to the end of the epoch, like a DataLoader's.
 
     Args:
-        dataset: the `PackedIterableDataset` (its `batch_size` rows per step).
+        dataset: the `PackedIterableDataset` (its `rows_per_rank` rows per step).
         num_workers: DataLoader worker processes (0: make the batches in this process).
         **options: passed to `torch.utils.data.DataLoader` (`pin_memory`, `prefetch_factor`,
             `multiprocessing_context`, `worker_init_fn`, `timeout`, ...). Options that batch or

@@ -8,9 +8,8 @@ from typing import Any
 import torch
 from torch.utils.data import Dataset
 
-from seqpack_cli.checks import check_int
 from seqpack_cli.collate import CollateOptions
-from seqpack_cli.data.epochs import PackedEpochs, collate_options
+from seqpack_cli.data.epochs import PackedEpochs, collate_options, rows_per_rank_option
 from seqpack_cli.epoch.dealing import DEFAULT_BALANCE_WINDOW
 
 __all__ = ["PackedDataset"]
@@ -56,12 +55,14 @@ class PackedDataset(PackedEpochs, Dataset):
         verify: check every file's sha256 first (`load_prepared(..., verify=True)`: reads
             every byte, ~0.3 s per GB here); every load already checks sizes, structure and
             the token store's first and last MiB.
-        batch_size, grad_accum, return_num_items_in_batch: with `return_num_items_in_batch`,
-            item k carries `num_items_in_batch`, the loss targets of its optimizer step: the
-            items k with the same `k // (batch_size * grad_accum)`, i.e. `grad_accum` batches
-            of `batch_size` rows (`seqpack_cli.data.targets`).
+        rows_per_rank, grad_accum, return_num_items_in_batch: with
+            `return_num_items_in_batch`, item k carries `num_items_in_batch`, the loss targets
+            of its optimizer step: the items k with the same `k // (rows_per_rank *
+            grad_accum)`, i.e. `grad_accum` batches of `rows_per_rank` rows (the DataLoader's
+            batch size; `seqpack_cli.data.targets`).
         balance, cost_per_token, balance_window: as for `PackedIterableDataset` (one rank here:
-            "cost" only groups rows of like attention cost into steps of `batch_size`).
+            "cost" only groups rows of like attention cost into steps of `rows_per_rank`).
+        batch_size: `rows_per_rank`'s name before: deprecated, with a `DeprecationWarning`.
         **collator_options: `CollateOptions`' fields as keywords, the way before `collate=`:
             deprecated, each with a `DeprecationWarning`; not with `collate=` (`ConfigError`).
     """
@@ -78,18 +79,19 @@ class PackedDataset(PackedEpochs, Dataset):
         labels_source: Any = None,
         loss_mask_source: Any = None,
         verify: bool = False,
-        batch_size: int = 1,
+        rows_per_rank: int = 1,
         grad_accum: int = 1,
         return_num_items_in_batch: bool = False,
         balance: str | None = None,
         cost_per_token: float | None = None,
         balance_window: int = DEFAULT_BALANCE_WINDOW,
+        batch_size: int | None = None,
         **collator_options: Any,
     ) -> None:
-        batch_size = check_int(
-            "batch_size",
+        rows_per_rank = rows_per_rank_option(
+            "PackedDataset",
+            rows_per_rank,
             batch_size,
-            minimum=1,
             fix="pass the rows per training step (the DataLoader's batch size)",
         )
         super().__init__(
@@ -105,14 +107,13 @@ class PackedDataset(PackedEpochs, Dataset):
             labels_source=labels_source,
             loss_mask_source=loss_mask_source,
             verify=verify,
-            rows_per_rank=batch_size,
+            rows_per_rank=rows_per_rank,
             grad_accum=grad_accum,
             return_num_items_in_batch=return_num_items_in_batch,
             balance=balance,
             cost_per_token=cost_per_token,
             balance_window=balance_window,
         )
-        self.batch_size = batch_size
         # (plan, first bin, its bins, the last bin read, reads in order): see `_bin`.
         self._block: tuple[Any, int, list[list[int]], int, int] = (None, 0, [], -1, 0)
 
@@ -136,7 +137,7 @@ class PackedDataset(PackedEpochs, Dataset):
         item = self.collator([self._bin(k)])
         if self.return_num_items_in_batch:
             index = operator.index(k)
-            step = (index + len(self) if index < 0 else index) // self.batch_size
+            step = (index + len(self) if index < 0 else index) // self.rows_per_rank
             count = self.num_items_in_batch(step)
             item["num_items_in_batch"] = torch.tensor(count, dtype=torch.int64)
         return item
