@@ -14,6 +14,7 @@ from hypothesis import strategies as st
 from test_epoch import make_pools, template_strategy
 
 from seqpack_cli.epoch import EpochCursor, EpochPlan
+from seqpack_cli.epoch.dealing import BalancedDeal, _sort_keys
 from seqpack_cli.epoch.plan import template_costs
 from seqpack_cli.errors import ConfigError
 
@@ -85,6 +86,97 @@ def test_golden_deal_checked_by_hand() -> None:
     assert plans[0].step_costs(0, 1).tolist() == [[80.0, 72.0]]
     strided = EpochPlan(GOLDEN, pools, rank=0, world_size=2, rows_per_rank=2)
     assert strided.step_costs(0, 1).tolist() == [[96.0, 56.0]]
+
+
+def test_padding_repeats_bins_of_the_last_window_checked_by_hand() -> None:
+    # c = 0, no seed: the canonical order is 4 bins (8,) (cost 64), then 13 bins (4, 4) (32).
+    # W = 4, B = 1: 5 steps for 17 bins, so 3 repeats. Windows of 2 steps: window 0 is steps
+    # 0-1 (stream 0..7: the four (8,) and four (4, 4)), the last window steps 2-4 (stream 8..16:
+    # nine (4, 4)) and the 3 repeats, which come from it: every step's 4 bins cost the same.
+    # Repeats of the stream's first bins, as DistributedSampler pads, were three (8,) that
+    # sorted into the last window's first step: 64, 64, 64, 32, max/mean 64/56 = 1.143.
+    templates = Counter({(8,): 4, (4, 4): 13})
+    pools, _ = make_pools(templates)
+    plans = [
+        EpochPlan(templates, pools, rank=r, world_size=4, balance="cost", cost_per_token=0,
+                  balance_window=2)
+        for r in range(4)
+    ]  # fmt: skip
+    costs = plans[0].step_costs(0, plans[0].num_steps)
+    assert plans[0].num_steps == 5
+    assert (costs.max(axis=1) / costs.mean(axis=1)).tolist() == [1.0] * 5
+    dealt = Counter(dealt_bins(plans))
+    repeats = [b for b, n in dealt.items() if n == 2]
+    assert sorted(dealt.values()) == [1] * 14 + [2] * 3
+    last_window = {tuple(b) for b in EpochPlan(templates, pools).bins(8, 17)}
+    assert set(repeats) <= last_window
+    for s in range(5):  # never one bin twice in a step
+        step = [tuple(p.step(s)[0]) for p in plans]
+        assert len(set(step)) == 4
+
+
+def step_ratios(loads: np.ndarray) -> np.ndarray:
+    return loads.max(axis=1) / loads.mean(axis=1)
+
+
+@SETTINGS
+@given(
+    st.lists(st.integers(1, 40), min_size=1, max_size=80),
+    st.integers(1, 6),
+    st.integers(1, 3),
+    st.integers(1, 4),
+    seed_strategy,
+)
+def test_repeats_pad_the_last_window_with_its_own_bins(costs, world, rows, window, seed) -> None:
+    # The deal alone, on stream indices whose costs are drawn: every index dealt, each window's
+    # steps hold its own indices, the repeats are indices of the last window unless it is one
+    # short step (twice in no step, unless the epoch is that step), and with B = 1 the last
+    # window's worst step is no worse than filling its short step with the bins sorted just
+    # above it.
+    cost = np.array(costs, dtype=np.float64)
+    n, size = len(cost), world * rows
+    deal = BalancedDeal(n, 0, world, rows, window, False, seed, lambda u: u, cost)
+    steps = deal.steps(0, deal.num_steps)
+    assert steps.shape == (-(-n // size), world, rows)
+    last = (max(1, deal.num_steps // window) - 1) * window  # the last window's first step
+    for first in range(0, last, window):  # full windows: their indices, each once
+        dealt = np.sort(steps[first : first + window].ravel())
+        assert dealt.tolist() == list(range(first * size, (first + window) * size))
+    counts = Counter(steps[last:].ravel().tolist())
+    assert sum(counts.values()) - len(set(counts) & set(range(last * size, n))) == -n % size
+    if n - last * size >= size:  # the repeats are bins of the last window
+        assert sorted(counts) == list(range(last * size, n))
+    else:  # a last window of one short step: the stream's first bins repeat, as strided
+        assert sorted(counts) == sorted(
+            {*range(last * size, n), *(i % n for i in range(-n % size))}
+        )
+    if n >= size:
+        assert all(len(set(step.ravel().tolist())) == size for step in steps)
+    if rows == 1 and n % size and n - last * size >= size:
+        ordered = np.sort(cost[last * size :])[::-1]
+        short = len(ordered) % size
+        cut = len(ordered) - short
+        filled = np.concatenate((ordered[:cut], ordered[cut - (size - short) :]))
+        reference = step_ratios(filled.reshape(-1, size)).max()
+        assert step_ratios(cost[steps[last:, :, 0]]).max() <= reference * (1 + 1e-12)
+
+
+@SETTINGS
+@given(st.lists(st.floats(0, 1e12), min_size=1, max_size=40), st.data())
+def test_sort_keys_order_bins_as_their_costs(costs, data) -> None:
+    # The deal sorts a window's bins by their templates' rank by cost: the same order, ties
+    # included, as a stable sort of the costs, descending.
+    cost = np.array(costs)
+    t = np.array(data.draw(st.lists(st.integers(0, len(costs) - 1), max_size=200)), np.int64)
+    order = np.argsort(_sort_keys(cost).take(t), kind="stable")
+    assert order.tolist() == np.argsort(-cost.take(t), kind="stable").tolist()
+
+
+def test_sort_keys_of_many_costs_are_wide_enough() -> None:
+    cost = np.arange(70_000, dtype=np.float64)[::-1] * 0.5  # 70,000 distinct: past uint16
+    keys = _sort_keys(cost)
+    assert keys.dtype == np.int64
+    assert keys.tolist() == list(range(70_000))
 
 
 def test_template_costs_are_linear_plus_square() -> None:
@@ -206,6 +298,23 @@ def test_resume_on_any_layout_gives_exactly_the_rest(
     # ...and none repeated but the padding of the resumed run's last step.
     assert 0 <= sum(dealt.values()) - total < world_size * rows
     assert not Counter(before) - everything
+
+
+@SETTINGS
+@given(template_strategy, seed_strategy, LAYOUT, LAYOUT, st.data())
+def test_resume_after_repeats_deals_no_bin_twice(templates, seed, layout, new_layout, data) -> None:
+    # The first run pads its last step with repeats (drop_last=False) and may stop after them:
+    # a bin it trained on, as itself or as a repeat, is not dealt again, and none is skipped.
+    pools, _ = make_pools(templates)
+    plans = all_ranks(templates, pools, seed, (*layout[:3], False))
+    steps = data.draw(st.integers(0, plans[0].num_steps))
+    cursor = plans[0].cursor_after(steps)
+    before = set(dealt_bins(plans, 0, steps))
+    after = set(
+        dealt_bins(all_ranks(templates, pools, seed, (*new_layout[:3], False), cursor=cursor))
+    )
+    assert not before & after
+    assert before | after == set(epoch_bins(templates, pools, seed))
 
 
 def test_resume_on_the_same_layout_continues_the_same_steps() -> None:

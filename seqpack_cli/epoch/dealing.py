@@ -2,12 +2,15 @@
 
 A step is `world_size x rows_per_rank` bins: every rank trains on `rows_per_rank` of them at
 once, and waits for the slowest rank before the next step. Both deals give every rank the same
-number of steps and deal each stream index (`seqpack_cli.epoch.cursor`) once; past the stream's
-end they wrap around to its start, as torch's `DistributedSampler` pads (`drop_last=True` drops
-the tail instead). They work on stream indices; the plan maps those to bins.
+number of steps and deal each stream index (`seqpack_cli.epoch.cursor`) once; when the steps
+need more bins than the stream holds, the missing ones (fewer than a step) are repeats
+(`drop_last=True` drops the stream's tail instead). They work on stream indices; the plan maps
+those to bins.
 
 - `StridedDeal` (balance=None): rank r takes stream indices r, r + W, r + 2W, ... exactly as
-  `DistributedSampler`; step s of rank r is its bins s*B .. s*B + B - 1.
+  `DistributedSampler`; step s of rank r is its bins s*B .. s*B + B - 1. Its repeats are the
+  stream's first bins (indices past the end wrap around to its start), as `DistributedSampler`
+  pads.
 - `BalancedDeal` (balance="cost"): a bin costs the sum over its sequences of `c*l + l**2`
   (linear layers plus attention), and a rank's step costs the sum of its bins, so a step lasts as
   long as its most expensive rank. The stream is cut into windows of `window` steps
@@ -17,11 +20,19 @@ the tail instead). They work on stream indices; the plan maps those to bins.
   bins are dealt longest-processing-time first, round by round (every rank gets one bin per round,
   the costliest bin of the round to the least-loaded rank), so each rank gets exactly B bins;
   the steps of a window are then played in a seeded shuffled order, so the epoch does not run
-  from expensive to cheap steps within a window. A larger window balances better (its steps'
-  costs are closer together) and mixes the step order less; `DEFAULT_BALANCE_WINDOW` is the
-  measured default (`benchmarks/bench_balance.py`). Any step costs O(window * W * B) to compute,
-  with no state carried from step to step; the last window computed is kept, so iterating costs
-  O(W * B) per step.
+  from expensive to cheap steps within a window. Its repeats come from the epoch's last window,
+  the one they pad, next to bins of their cost: sorted by cost, that window's bins end in a short
+  step of r < W*B bins; steps are cut from the top down to some step m and from the bottom up
+  below it, so step m holds the W*B bins around the cut, W*B - r of them repeats of bins of the
+  step above (never a bin twice in one step), and m is the cut whose worst step is the least. A
+  last window of one short step (`window=1`) repeats the stream's first bins. (Repeats of the
+  stream's first bins, as `StridedDeal` pads, cost what the first window costs: without a seed,
+  the canonical order's costliest bins, which made the slowest rank of the last window's
+  costliest step.) A larger window balances better (its steps' costs are closer
+  together) and mixes the step order less; `DEFAULT_BALANCE_WINDOW` is the measured default
+  (`benchmarks/bench_balance.py`). Any step costs O(window * W * B) to compute, with no state
+  carried from step to step; the last window computed is kept, so iterating costs O(W * B) per
+  step.
 """
 
 from __future__ import annotations
@@ -81,8 +92,8 @@ class StridedDeal:
 
 class BalancedDeal:
     """balance="cost": each step's bins dealt so that the ranks' costs are equal (see the module
-    docstring). `cost_of(u)` is the cost of the bins at stream indices `u` (float64; it may
-    overwrite `u`)."""
+    docstring). `template_of(u)` is the template of the bins at stream indices `u`, an index
+    into `template_costs` (each template's cost, float64); it may overwrite `u`."""
 
     def __init__(
         self,
@@ -93,10 +104,13 @@ class BalancedDeal:
         window: int,
         drop_last: bool,
         seed: int | None,
-        cost_of: Callable[[np.ndarray], np.ndarray],
+        template_of: Callable[[np.ndarray], np.ndarray],
+        template_costs: np.ndarray,
     ) -> None:
         self.rank, self.world_size, self.rows_per_rank = rank, world_size, rows_per_rank
-        self.window, self.seed, self._cost_of = window, seed, cost_of
+        self.window, self.seed, self._template_of = window, seed, template_of
+        self._template_costs = template_costs
+        self._sort_keys = _sort_keys(template_costs)
         self.step_bins = world_size * rows_per_rank
         self.window_bins = window * self.step_bins
         if drop_last:
@@ -147,7 +161,10 @@ class BalancedDeal:
         # The window's stream indices end where its steps end (a last window dropping its tail
         # leaves that tail in the stream), or at the stream's end (one padding its last step).
         end = min((first + len(deals)) * self.step_bins, self._stream_len)
-        return end, deals[steps - first :].ravel()
+        # Not dealt yet: the window's indices no step played (a repeat played counts its bin
+        # as dealt; a repeat not played yet is no bin left to deal).
+        played = deals[: steps - first].ravel()
+        return end, np.setdiff1d(np.arange(first * self.step_bins, end), played)
 
     def _window_of(self, step: int) -> int:
         return min(step // self.window, self.num_windows - 1)
@@ -178,14 +195,24 @@ class BalancedDeal:
         """Deal windows w0..w1-1, each of `steps` steps (full ones, or the last one alone)."""
         num_windows, width = w1 - w0, steps * self.step_bins
         start = w0 * self.window_bins
-        flat = np.arange(start, start + num_windows * width, dtype=np.int64)
-        # Indices past the stream's end (padding) wrap around in the plan's mapping.
-        cost = self._cost_of(flat.copy()).reshape(num_windows, width)
-        by_cost = np.argsort(-cost, axis=1, kind="stable")
+        # Only the epoch's last window (dealt alone) can hold fewer bins than slots.
+        missing = max(0, start + num_windows * width - self._stream_len)
+        flat = np.arange(start, start + num_windows * width - missing, dtype=np.int64)
+        if missing and len(flat) < self.step_bins:
+            # A last window of one short step (windows of 1 step, or a one-step epoch): the
+            # stream's first bins repeat, as StridedDeal pads (its own, a one-step epoch's).
+            flat = np.concatenate((flat, np.arange(missing, dtype=np.int64) % self._stream_len))
+            missing = 0
+        t = self._template_of(flat.copy()).reshape(num_windows, -1)
+        cost = self._template_costs.take(t)
+        by_cost = np.argsort(self._sort_keys.take(t), axis=1, kind="stable")
         rows = num_windows * steps
-        u = np.take_along_axis(flat.reshape(num_windows, width), by_cost, axis=1)
+        u = np.take_along_axis(flat.reshape(num_windows, -1), by_cost, axis=1)
         cost = np.take_along_axis(cost, by_cost, axis=1)
-        deal = self._lpt(u.reshape(rows, self.step_bins), cost.reshape(rows, self.step_bins))
+        if missing:
+            deal = self._deal_padded(u[0], cost[0], missing)
+        else:
+            deal, _ = self._lpt(u.reshape(rows, self.step_bins), cost.reshape(rows, self.step_bins))
         deal = deal.reshape(num_windows, steps, self.world_size, self.rows_per_rank)
         if self.seed is not None and steps > 1:
             salts = [seed_from_components(self.seed, _ORDER_COMPONENT, w) for w in range(w0, w1)]
@@ -194,18 +221,59 @@ class BalancedDeal:
             deal = np.take_along_axis(deal, order[:, :, None, None], axis=1)
         return deal.reshape(num_windows * steps, self.world_size, self.rows_per_rank)
 
-    def _lpt(self, u: np.ndarray, cost: np.ndarray) -> np.ndarray:
+    def _deal_padded(self, u: np.ndarray, cost: np.ndarray, missing: int) -> np.ndarray:
+        """The epoch's last window dealt with `missing` repeats: its bins `u`, sorted by `cost`
+        (descending), end in a short step of `short = W*B - missing` bins. Cut from the top
+        (`head`: steps of bins [s*W*B, (s+1)*W*B)) or from `short` on (`tail`: [short + s*W*B,
+        ...)), the bins make the same steps but for where the short one sits. The deal takes the
+        head's steps 0..m-1 and the tail's m-1..: the tail's step m-1 holds the short step's
+        cost neighbours, repeats of `missing` bins of the head's step m-1 among them (never one
+        bin twice in a step). m (1 to the head's steps) is the one whose worst step is the
+        least, the largest on a tie. `[steps, W, B]`."""
+        size = self.step_bins
+        full = len(u) // size  # >= 1: a window of one short step is padded by _deal_windows
+        short = len(u) - full * size
+        # The head's steps, then the tail's: bins [0, full*W*B), then [short, len(u)).
+        at = np.concatenate((np.arange(full * size), np.arange(short, len(u))))
+        deal, loads = self._lpt(u[at].reshape(2 * full, size), cost[at].reshape(2 * full, size))
+        # Each step's slowest rank over its total, the totals from one running sum (sequential:
+        # every rank computes the very same floats).
+        running = np.concatenate(([0.0], np.cumsum(cost)))
+        ends = np.arange(1, full + 1) * size
+        ends = np.concatenate((ends, ends + short))
+        ratios = loads.max(axis=1) / (running[ends] - running[ends - size])
+        # The worst step of each m in 1..full: the head's steps before m, the tail's from m - 1.
+        head_worst = np.maximum.accumulate(ratios[:full])
+        tail_worst = np.maximum.accumulate(ratios[full:][::-1])[::-1]
+        worst = np.maximum(head_worst, tail_worst)
+        m = full - int(np.argmin(worst[::-1]))  # the largest m of the least worst step
+        head, tail = deal[:full], deal[full:]
+        return np.concatenate((head[:m], tail[m - 1 :]))
+
+    def _lpt(self, u: np.ndarray, cost: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """Each row's bins (sorted by cost, descending) dealt to the ranks round by round: round
         b gives bins b*W .. b*W + W - 1 to the ranks from the least loaded up (ties: lower rank
-        first), so every rank gets exactly one bin per round. `[rows, W, B]`."""
+        first), so every rank gets exactly one bin per round. `[rows, W, B]`, and the ranks'
+        loads `[rows, W]`."""
         world, rounds = self.world_size, self.rows_per_rank
         if rounds == 1:
-            return u.reshape(len(u), world, 1)
+            return u.reshape(len(u), world, 1), cost
         deal = np.empty((len(u), world, rounds), dtype=np.int64)
         loads = np.zeros((len(u), world))
         rows = np.arange(len(u))[:, None]
+        ranks = np.broadcast_to(np.arange(world), loads.shape)  # round 0: every load is 0
         for b in range(rounds):
-            ranks = np.argsort(loads, axis=1, kind="stable")
+            if b:
+                ranks = np.argsort(loads, axis=1, kind="stable")
             deal[rows, ranks, b] = u[:, b * world : (b + 1) * world]
             loads[rows, ranks] += cost[:, b * world : (b + 1) * world]
-        return deal
+        return deal, loads
+
+
+def _sort_keys(template_costs: np.ndarray) -> np.ndarray:
+    """Each template's rank by cost, descending, equal costs the same rank: a stable sort of the
+    keys is the stable sort of the costs, descending. Of at most 65,536 ranks, uint16, which
+    numpy sorts by radix (~9x the float sort of a window of 26,000 bins)."""
+    distinct = np.unique(-template_costs)
+    keys = np.searchsorted(distinct, -template_costs)
+    return keys.astype(np.uint16 if len(distinct) <= 1 << 16 else np.int64)

@@ -192,7 +192,8 @@ class EpochPlan:
                 self.balance_window,
                 self.drop_last,
                 self.seed,
-                self._stream_costs,
+                self._stream_templates,
+                self._template_costs,
             )
         self._len = self._deal.num_bins
         self.num_steps = self._deal.num_steps
@@ -467,10 +468,9 @@ class EpochPlan:
         u[present] = self._canonical_of_stream(u[present])
         return u
 
-    def _stream_costs(self, u: np.ndarray) -> np.ndarray:
-        """The costs of the bins at stream indices `u` (what `BalancedDeal` sorts by)."""
-        bins = self._canonical_of_stream(u)
-        return self._template_costs.take(self._tables.templates_of(bins, Scratch()))
+    def _stream_templates(self, u: np.ndarray) -> np.ndarray:
+        """The templates of the bins at stream indices `u` (what `BalancedDeal` sorts by cost)."""
+        return self._tables.templates_of(self._canonical_of_stream(u), Scratch())
 
 
 def template_costs(templates: Sequence[Template], cost_per_token: float) -> np.ndarray:
