@@ -12,11 +12,19 @@ the per-item packers the packing tests use as oracles (`from conftest import ref
 Tests of whole clusters, of processes killed at random, and of the big dataset are marked `slow`
 here (`SLOW`), beside those marked in their modules: `make test` leaves them out, `make test-all`
 and CI run them.
+
+Hypothesis runs under the `seqpack` profile (`HYPOTHESIS_PROFILE`): no deadline and no
+too-slow health check, since both time the test and a loaded machine (a fresh clone's
+`make test` beside other jobs) then fails tests that are right; a module's own `settings` may
+change the number of examples, never add a deadline (tests/test_hypothesis_settings.py checks
+the modules). Examples stay random: each run draws one seed for every property test, printed in
+the header and the summary, and `--hypothesis-seed=N` runs those examples again.
 """
 
 from __future__ import annotations
 
 import importlib.util
+import random
 import subprocess
 import sys
 from collections import Counter
@@ -30,6 +38,40 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
+from hypothesis import HealthCheck, core, settings
+
+# No deadline and no too-slow health check: both measure time, which says nothing of a test's
+# correctness on a machine busy with other work. print_blob: a failure prints the decorator
+# that replays its example.
+HYPOTHESIS_PROFILE = "seqpack"
+settings.register_profile(
+    HYPOTHESIS_PROFILE,
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow],
+    print_blob=True,
+)
+settings.load_profile(HYPOTHESIS_PROFILE)
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    # One seed for the run, random unless --hypothesis-seed names one, so that it can be printed
+    # and the same examples drawn again.
+    if config.getoption("hypothesis_seed", None) is None:
+        core.global_force_seed = random.SystemRandom().randrange(2**32)
+
+
+def hypothesis_seed_line() -> str:
+    seed = core.global_force_seed
+    return f"hypothesis seed {seed} (the same examples again: --hypothesis-seed={seed})"
+
+
+def pytest_report_header(config: pytest.Config) -> str:
+    return hypothesis_seed_line()
+
+
+def pytest_terminal_summary(terminalreporter: Any) -> None:
+    terminalreporter.write_line(hypothesis_seed_line())
+
 
 # What makes a test slow, wherever it lives: the fixtures that start a Dask cluster or write the
 # 1.5M-row dataset, the modules that start clusters of processes of their own, and single tests

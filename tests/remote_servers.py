@@ -74,7 +74,7 @@ def aws_credentials(**extra: str) -> Iterator[None]:
 
 
 @contextlib.contextmanager
-def moto_server(*, auth: bool = False, timeout_s: float = 30.0) -> Iterator[str]:
+def moto_server(*, auth: bool = False, timeout_s: float = 300.0) -> Iterator[str]:
     """Run moto's S3 server on a free port; yield its endpoint `http://127.0.0.1:PORT`.
 
     Args:

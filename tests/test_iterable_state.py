@@ -119,7 +119,9 @@ def test_another_directorys_state_is_refused(directories: tuple[Path, Path]) -> 
 
 
 @settings(
-    max_examples=15, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+    max_examples=15,
+    deadline=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
 )
 @given(steps=st.integers(0, 12), num_workers=st.sampled_from([0, 0, 2]))
 def test_the_same_directory_resumes_exactly(
@@ -137,7 +139,9 @@ def test_the_same_directory_resumes_exactly(
 
 
 @settings(
-    max_examples=10, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+    max_examples=10,
+    deadline=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
 )
 @given(steps=st.integers(0, 10), new_world_size=st.integers(1, 4))
 def test_the_same_directory_resumes_on_another_world_size(

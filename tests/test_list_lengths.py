@@ -145,7 +145,9 @@ def test_integer_length_columns_still_name_the_cast(tmp_path: Path) -> None:
 
 
 @settings(
-    max_examples=30, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+    max_examples=30,
+    deadline=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
 )
 @given(
     lengths=st.lists(st.integers(1, 50), min_size=1, max_size=60),
@@ -195,7 +197,9 @@ def test_null_and_empty_lists_are_refused(tmp_path: Path, lengths, first, where)
 
 
 @settings(
-    max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+    max_examples=25,
+    deadline=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
 )
 @given(
     lengths=st.lists(st.integers(1, 40), min_size=1, max_size=60),

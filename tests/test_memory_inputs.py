@@ -111,7 +111,9 @@ def _kind_name(kind: str) -> str:
 
 
 @settings(
-    max_examples=15, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+    max_examples=15,
+    deadline=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
 )
 @given(
     lengths=st.lists(st.integers(1, 64), min_size=1, max_size=120),

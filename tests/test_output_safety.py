@@ -19,6 +19,7 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
@@ -471,10 +472,13 @@ def test_concurrent_overwrites_all_succeed(tmp_path: Path) -> None:
 
 # ---- 5. the commit is one step; signals tell the truth (real processes) -------------------------
 
-# A run of `seqpack prepare` whose hook writes `marker` and then sleeps `pause` seconds.
+# A run of `seqpack prepare` whose hook writes `marker` and then waits for the test's signal (at
+# most `pause` seconds): raised there before the commit, or recorded by the command's
+# `Interrupts` during it (a fixed sleep let a slow test's signal come after the commit).
 _PAUSED_RUN = """
 import os, sys, time
 from pathlib import Path
+from seqpack_cli.interrupts import Interrupts
 from seqpack_cli.prepared import siblings, writer
 marker, pause, where, *args = sys.argv[1:]
 real = {"commit": writer.PreparedWriter.commit, "rename": os.rename}
@@ -483,7 +487,10 @@ real["rename2"] = siblings.rename2
 def wait():
     if not os.path.exists(marker):
         Path(marker).write_text("")
-        time.sleep(float(pause))
+        interrupts = Interrupts.installed()
+        deadline = time.monotonic() + float(pause)
+        while interrupts.late is None and time.monotonic() < deadline:
+            time.sleep(0.01)
 
 def commit(self, manifest):
     wait()
@@ -514,7 +521,7 @@ app(["prepare", *args], prog_name="seqpack")
 
 
 def _paused_run(
-    tmp_path: Path, where: str, args: list[str], *, pause: float = 30
+    tmp_path: Path, where: str, args: list[str], *, pause: float = 300
 ) -> tuple[subprocess.Popen[str], Path]:
     marker = tmp_path / f"marker-{random.random()}"
     command = [sys.executable, "-c", _PAUSED_RUN, str(marker), str(pause), where, *args]
@@ -525,7 +532,7 @@ def _paused_run(
         text=True,
         cwd=tmp_path,
     )
-    deadline = time.monotonic() + 60
+    deadline = time.monotonic() + 300
     while not marker.exists():
         assert process.poll() is None, process.communicate()
         assert time.monotonic() < deadline, "the run never reached its pause"
@@ -563,7 +570,7 @@ def test_a_signal_during_the_commit_lets_the_run_finish(
 ) -> None:
     out = _write(tmp_path / "out")
     args = _prepare_args(_dataset(tmp_path / "in"), out, "--overwrite", "--json")
-    process, marker = _paused_run(tmp_path, where, args, pause=0.5)
+    process, marker = _paused_run(tmp_path, where, args)
     process.send_signal(signum)
     stdout, stderr = process.communicate(timeout=60)
     # The output was replaced: the run says so and exits 0.
@@ -690,7 +697,7 @@ def test_sigterm_while_waiting_for_the_pool_files_removes_every_one(
             calls.append(count)
             if len(calls) == 2:  # the first file exists; the second is about to be created
                 creating.set()
-                release.wait(10)
+                release.wait(300)
         return real_header(dtype, count)
 
     def rmdir(path, *args, **kwargs):
@@ -704,14 +711,18 @@ def test_sigterm_while_waiting_for_the_pool_files_removes_every_one(
     monkeypatch.setattr(os, "rmdir", rmdir)
     main = threading.get_ident()
 
-    def interrupt() -> None:
-        assert creating.wait(10)
-        deadline = time.monotonic() + 10
-        while not _in_function(main, "_ready_pools") and time.monotonic() < deadline:
+    def until(condition: Callable[[], bool]) -> None:
+        deadline = time.monotonic() + 300
+        while not condition() and time.monotonic() < deadline:
             time.sleep(0.001)
-        time.sleep(0.05)  # now blocked waiting for the creator
+
+    def interrupt() -> None:
+        assert creating.wait(300)
+        # The main thread blocked in the first append, waiting for the creator (Event.wait)...
+        until(lambda: _in_function(main, "ready") and _in_function(main, "wait"))
         signal.pthread_kill(main, signal.SIGTERM)
-        time.sleep(0.3)  # a cleanup that waits for the creator waits this long
+        # ... then in the cleanup: stopping the creator (right), or deleting already (early).
+        until(lambda: _in_function(main, "stop") or bool(early))
         release.set()
 
     helper = threading.Thread(target=interrupt)
@@ -723,7 +734,7 @@ def test_sigterm_while_waiting_for_the_pool_files_removes_every_one(
     helper.join()
     assert stopped.value.code == 143 and len(calls) >= 2
     assert early == [], "the cleanup did not wait for the thread creating the pool files"
-    deadline = time.monotonic() + 10  # the creating thread is gone before the test looks
+    deadline = time.monotonic() + 300  # the creating thread is gone before the test looks
     while any(t.name == "seqpack-create" for t in threading.enumerate()):
         assert time.monotonic() < deadline
         time.sleep(0.01)

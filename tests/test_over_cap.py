@@ -265,7 +265,9 @@ def test_filter_over_cap_is_the_same_as_drop(tmp_path: Path) -> None:
 
 
 @settings(
-    max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+    max_examples=40,
+    deadline=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
 )
 @given(
     lengths=st.lists(st.integers(1, 40), min_size=1, max_size=80),

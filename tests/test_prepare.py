@@ -425,7 +425,7 @@ def test_sigterm_and_sigint_remove_the_temporary_directory(
             text=True,
         )
         # Wait until the job has created its temporary directory, then interrupt it.
-        deadline = time.monotonic() + 30
+        deadline = time.monotonic() + 300
         while not [p for p in tmp_path.iterdir() if ".seqpack-tmp-" in p.name]:
             assert time.monotonic() < deadline and process.poll() is None, "the job never started"
             time.sleep(0.01)

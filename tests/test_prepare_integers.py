@@ -148,7 +148,9 @@ def test_split_pieces_of_far_apart_ids_take_ids_past_the_largest(tmp_path: Path)
 
 
 @settings(
-    max_examples=20, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+    max_examples=20,
+    deadline=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
 )
 @given(
     ids=st.lists(st.integers(INT64_MIN, INT64_MAX), min_size=1, max_size=12, unique=True),

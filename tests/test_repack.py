@@ -93,7 +93,9 @@ def test_concat_pool_reads_equal_a_concatenated_copy(sizes: list[int], data: Any
 
 
 @settings(
-    max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+    max_examples=40,
+    deadline=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
 )
 @given(
     max_seq_len=st.sampled_from([64, 128, 256, 300, 512]),

@@ -264,7 +264,9 @@ def test_pools_leave_out_lengths_over_the_cap(
 
 
 @settings(
-    max_examples=12, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+    max_examples=12,
+    deadline=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
 )
 @given(
     lengths=st.lists(st.integers(1, 9), min_size=1, max_size=60),

@@ -93,7 +93,9 @@ cases = st.tuples(
 
 
 @settings(
-    max_examples=30, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+    max_examples=30,
+    deadline=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
 )
 @given(case=cases)
 def test_one_pass_writes_the_bytes_of_the_two_passes(tmp_path_factory, caplog, case) -> None:

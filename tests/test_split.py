@@ -57,7 +57,9 @@ split_cases = st.tuples(
 
 
 @settings(
-    max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+    max_examples=40,
+    deadline=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
 )
 @given(case=split_cases)
 def test_split_keeps_every_token_once_in_pieces_of_at_most_the_cap(tmp_path_factory, case) -> None:

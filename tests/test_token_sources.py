@@ -102,7 +102,9 @@ sequences_strategy = st.lists(
 
 
 @settings(
-    max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+    max_examples=40,
+    deadline=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
 )
 @given(
     sequences=sequences_strategy,
@@ -141,7 +143,9 @@ def test_round_trip_matches_pyarrow(
 
 
 @settings(
-    max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+    max_examples=25,
+    deadline=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
 )
 @given(sequences=sequences_strategy, seed=st.integers(0, 2**32 - 1))
 def test_round_trip_with_an_id_column(tmp_path_factory, sequences, seed) -> None:

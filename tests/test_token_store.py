@@ -68,7 +68,9 @@ store_cases = st.tuples(
 
 
 @settings(
-    max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+    max_examples=25,
+    deadline=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
 )
 @given(case=store_cases)
 @example(case=([[1] * 13], "none", False, "drop", 0))

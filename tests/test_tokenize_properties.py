@@ -23,7 +23,9 @@ from seqpack_cli.tokenize import (
 )
 
 SETTINGS = settings(
-    max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+    max_examples=60,
+    deadline=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
 )
 
 
@@ -122,7 +124,9 @@ def test_prompt_completion_invariants(spec: TokenizerSpec, pairs) -> None:
 
 
 @settings(
-    max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+    max_examples=40,
+    deadline=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
 )
 @given(chat=messages)
 def test_arbitrary_chats_equal_transformers(folder: Path, spec: TokenizerSpec, chat) -> None:
