@@ -204,11 +204,11 @@ class BalancedDeal:
             flat = np.concatenate((flat, np.arange(missing, dtype=np.int64) % self._stream_len))
             missing = 0
         t = self._template_of(flat.copy()).reshape(num_windows, -1)
-        cost = self._template_costs.take(t)
         by_cost = np.argsort(self._sort_keys.take(t), axis=1, kind="stable")
-        rows = num_windows * steps
         u = np.take_along_axis(flat.reshape(num_windows, -1), by_cost, axis=1)
-        cost = np.take_along_axis(cost, by_cost, axis=1)
+        cost = self._template_costs.take(np.take_along_axis(t, by_cost, axis=1))
+        del flat, t, by_cost  # freed before the deal's own arrays
+        rows = num_windows * steps
         if missing:
             deal = self._deal_padded(u[0], cost[0], missing)
         else:
@@ -233,21 +233,16 @@ class BalancedDeal:
         size = self.step_bins
         full = len(u) // size  # >= 1: a window of one short step is padded by _deal_windows
         short = len(u) - full * size
-        # The head's steps, then the tail's: bins [0, full*W*B), then [short, len(u)).
-        at = np.concatenate((np.arange(full * size), np.arange(short, len(u))))
-        deal, loads = self._lpt(u[at].reshape(2 * full, size), cost[at].reshape(2 * full, size))
-        # Each step's slowest rank over its total, the totals from one running sum (sequential:
-        # every rank computes the very same floats).
-        running = np.concatenate(([0.0], np.cumsum(cost)))
-        ends = np.arange(1, full + 1) * size
-        ends = np.concatenate((ends, ends + short))
-        ratios = loads.max(axis=1) / (running[ends] - running[ends - size])
+        cut = full * size
+        head, head_loads = self._lpt(u[:cut].reshape(full, size), cost[:cut].reshape(full, size))
+        tail, tail_loads = self._lpt(
+            u[short:].reshape(full, size), cost[short:].reshape(full, size)
+        )
         # The worst step of each m in 1..full: the head's steps before m, the tail's from m - 1.
-        head_worst = np.maximum.accumulate(ratios[:full])
-        tail_worst = np.maximum.accumulate(ratios[full:][::-1])[::-1]
+        head_worst = np.maximum.accumulate(_step_ratios(head_loads))
+        tail_worst = np.maximum.accumulate(_step_ratios(tail_loads)[::-1])[::-1]
         worst = np.maximum(head_worst, tail_worst)
         m = full - int(np.argmin(worst[::-1]))  # the largest m of the least worst step
-        head, tail = deal[:full], deal[full:]
         return np.concatenate((head[:m], tail[m - 1 :]))
 
     def _lpt(self, u: np.ndarray, cost: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -268,6 +263,15 @@ class BalancedDeal:
             deal[rows, ranks, b] = u[:, b * world : (b + 1) * world]
             loads[rows, ranks] += cost[:, b * world : (b + 1) * world]
         return deal, loads
+
+
+def _step_ratios(loads: np.ndarray) -> np.ndarray:
+    """Each step's slowest rank over its total (its max/mean, over W): `loads` `[steps, W]`.
+    Summed rank by rank, elementwise, so every rank computes the very same floats."""
+    total = loads[:, 0].copy()
+    for rank in range(1, loads.shape[1]):
+        total += loads[:, rank]
+    return loads.max(axis=1) / total
 
 
 def _sort_keys(template_costs: np.ndarray) -> np.ndarray:
