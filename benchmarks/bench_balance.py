@@ -7,7 +7,11 @@ the sum over its bins of `c*l + l**2` over their sequences. Per step the imbalan
    chat at 4,096 tokens, code at 8,192 and code at 32,768 (long context), 1e6 sequences each
    (`distributions.py`), packed by prepare's packer (`pack_length_histogram_batched`), at
    W in {8, 64} x B in {1, 4}, c = 24,576 (12 x hidden 2,048). Targets: balanced mean <= 1.01,
-   worst <= 1.10;
+   worst <= 1.10. At B = 1 it also prints the floor of the worst step, what no deal of W bins a
+   step can beat: the step holding the epoch's cheapest bin c_(1) holds W - 1 more, the costliest
+   at least c_(W) (the W-th cheapest), so its max/mean is at least
+   W * c_(W) / (c_(1) + (W - 1) * c_(W)). A packing whose last bin is nearly empty (the packer's
+   leftover) has a floor above 1.10 at W = 8 (~8 / (7 + its fill)): then no deal meets the target;
 2. the time to build a step, per rank per step, iterating `plan.step(s)` over a whole epoch on
    ranks 0 and W-1 at W=64, B=4 (target <= 1 ms): the mean, and the slowest step (the one that
    sorts and deals a window);
@@ -48,7 +52,7 @@ import numpy as np
 from tables import print_table
 
 from seqpack_cli.epoch.dealing import DEFAULT_BALANCE_WINDOW
-from seqpack_cli.epoch.plan import EpochPlan
+from seqpack_cli.epoch.plan import EpochPlan, template_costs
 from seqpack_cli.packing.histogram import pack_length_histogram_batched
 from seqpack_cli.seeding import seed_from_components
 
@@ -170,6 +174,20 @@ class Imbalance:
     num_steps: int
     mean: float  # mean over steps of max rank cost / mean rank cost
     worst: float
+    floor: float | None  # B = 1: the least worst step of any deal (None at B > 1)
+
+
+def worst_step_floor(problem: Problem, world_size: int) -> float | None:
+    """The floor of the worst step at B = 1, W * c_(W) / (c_(1) + (W - 1) * c_(W)) over the
+    epoch's bin costs sorted ascending (see the module docstring); None under W bins."""
+    pairs = list(problem.templates.items())
+    costs = template_costs([template for template, _ in pairs], COST_PER_TOKEN)
+    counts = np.array([count for _, count in pairs], dtype=np.int64)
+    order = np.argsort(costs, kind="stable")
+    cheapest = np.repeat(costs[order], np.minimum(counts[order], world_size))[:world_size]
+    if len(cheapest) < world_size:
+        return None
+    return float(world_size * cheapest[-1] / (cheapest[0] + (world_size - 1) * cheapest[-1]))
 
 
 def step_ratios(plan: EpochPlan, window: int) -> np.ndarray:
@@ -201,6 +219,7 @@ def measure_imbalance(
         plan.num_steps,
         math.fsum(ratios.tolist()) / len(ratios),
         float(ratios.max()),
+        worst_step_floor(problem, world_size) if rows_per_rank == 1 else None,
     )
 
 
@@ -224,6 +243,7 @@ def print_imbalance(rows: Sequence[Imbalance]) -> None:
         "none worst",
         "cost mean",
         "cost worst",
+        "floor",
         "met",
     ]
     lines = []
@@ -239,13 +259,14 @@ def print_imbalance(rows: Sequence[Imbalance]) -> None:
                 f"{none.worst:.4f}",
                 f"{cost.mean:.4f}",
                 f"{cost.worst:.4f}",
+                "-" if cost.floor is None else f"{cost.floor:.4f}",
                 "yes" if met else "NO",
             ]
         )
     print_table(
         f"1. imbalance (max/mean rank cost per step), c = {COST_PER_TOKEN:,.0f}, window "
         f"{DEFAULT_BALANCE_WINDOW}; target cost mean <= {TARGET_MEAN:.2f}, "
-        f"worst <= {TARGET_WORST:.2f}",
+        f"worst <= {TARGET_WORST:.2f}; floor: the least worst step any deal reaches (B = 1)",
         header,
         lines,
     )

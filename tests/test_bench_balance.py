@@ -4,8 +4,9 @@ The benchmark computes imbalance from `EpochPlan.step_costs` (every rank's cost 
 Here every rank's plan is built on its own, its bins taken with `plan.bins` (step s = bins
 s*B .. s*B+B-1), each id looked up to its length and costed as `c*l + l**2`: the per-step
 max/mean of those costs, averaged and at the worst step, must be the table's figures (to the 4
-decimals printed), and so must the window sweep's distinct templates per step and step-cost
-spread. The smoke sizes, the cases and the packer are built here too, not taken from the bench.
+decimals printed), and so must the B = 1 floor of the worst step (from every bin's cost) and
+the window sweep's distinct templates per step and step-cost spread. The smoke sizes, the cases
+and the packer are built here too, not taken from the bench.
 """
 
 from __future__ import annotations
@@ -91,6 +92,17 @@ def direct_costs(per_rank: list, lengths: np.ndarray) -> np.ndarray:
     return costs
 
 
+def worst_step_floor(templates: object, pools: dict, lengths: np.ndarray, world: int) -> float:
+    """W * c_(W) / (c_(1) + (W - 1) * c_(W)) over the costs of the epoch's bins, each costed
+    from its ids' lengths, sorted ascending."""
+    bins = EpochPlan(templates, pools, SEED).bins(0, None)
+    costs = sorted(
+        float((C * seq + seq * seq).sum())
+        for seq in (lengths[np.asarray(ids)].astype(np.float64) for ids in bins)
+    )
+    return world * costs[world - 1] / (costs[0] + (world - 1) * costs[world - 1])
+
+
 @pytest.fixture(scope="module")
 def smoke_output() -> str:
     import contextlib
@@ -109,8 +121,13 @@ def test_imbalance_table_equals_a_direct_computation(smoke_output: str) -> None:
     rows = table(smoke_output, 1)
     assert len(rows) == len(CASES) * 2 * 2  # cases x W in {2, 8} x B in {1, 4}
     problems = {name: problem(*spec) for name, spec in CASES.items()}
-    for case, world, rows_per_rank, steps, *figures, met in rows:
+    for case, world, rows_per_rank, steps, *figures, floor, met in rows:
         templates, pools, lengths = problems[case]
+        if rows_per_rank == "1":
+            expected_floor = worst_step_floor(templates, pools, lengths, int(world))
+            assert float(floor) == pytest.approx(expected_floor, abs=5.01e-5), (case, world)
+        else:
+            assert floor == "-"
         expected = []
         for balance in (None, "cost"):
             per_rank = rank_steps(
